@@ -1,0 +1,77 @@
+"""Tiny random-initialised decoder models and a byte-level tokenizer for tests (no downloads)."""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
+
+ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "gpt_neox"]
+VOCAB = 300  # 256 bytes + specials, see byte_tokenizer()
+
+
+def tiny_config(arch: str = "llama", num_layers: int = 4, **overrides):
+    """A small config of the given model_type whose RoPE visibly matters (long max positions, theta 100)."""
+    kw = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    if arch == "gpt_neox":
+        kw.pop("num_key_value_heads")
+        kw.pop("head_dim")
+        kw["rotary_pct"] = 0.5
+    if arch == "phi3":
+        kw.pop("head_dim")
+        kw["partial_rotary_factor"] = 0.5
+    if arch == "gemma3_text":
+        kw["layer_types"] = [
+            "full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(num_layers)
+        ]
+        kw["sliding_window"] = 64
+    if arch == "gemma2":
+        kw["sliding_window"] = 64
+    kw.update(overrides)
+    config = AutoConfig.for_model(arch, **kw)
+    # a small theta makes every factor change the logits visibly
+    params = config.rope_parameters
+    if arch == "gemma3_text":
+        for lt in params:
+            params[lt]["rope_theta"] = 100.0 if lt == "sliding_attention" else 500.0
+    else:
+        params["rope_theta"] = 100.0
+    return config
+
+
+def tiny_model(arch: str = "llama", num_layers: int = 4, seed: int = 0, **overrides) -> PreTrainedModel:
+    """A random-init causal LM in eval mode, with weights large enough that RoPE changes the logits."""
+    torch.manual_seed(seed)
+    config = tiny_config(arch, num_layers, **overrides)
+    config._attn_implementation = "eager" if arch.startswith("gemma") else "sdpa"
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and ("q_proj" in name or "k_proj" in name or "query_key_value" in name or "qkv" in name):
+                p.mul_(4.0)
+    return model.eval()
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """A byte-level tokenizer (ids 0..2 special, bytes from 3) that needs no vocabulary file."""
+    byte_vocab = {ch: i + 3 for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **byte_vocab}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", padding_side="left"
+    )
