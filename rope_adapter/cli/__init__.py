@@ -1,0 +1,52 @@
+"""The `rope-adapter` command line: the one place that joins core, search and export. Nothing imports it.
+
+Each subcommand lives in its own module here with ``add_parser(subparsers)`` and ``run(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
+
+SUBCOMMANDS = ["info"]
+
+
+class CliError(Exception):
+    """An error the CLI reports as one line, without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rope-adapter",
+        description="Layer-specific RoPE scaling (arXiv 2503.04355): inspect, search, export and publish adapters.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"rope_adapter.cli.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except KeyError as exc:
+        if "LRS" in str(exc):
+            print(f"rope-adapter: error: {MISSING_IMPORT_HINT}", file=sys.stderr)
+            return 2
+        raise
+    except (LrsError, CliError, FileNotFoundError) as exc:
+        print(f"rope-adapter: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("rope-adapter: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from rope_adapter.cli import main
+
+sys.exit(main())

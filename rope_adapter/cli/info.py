@@ -1,0 +1,60 @@
+"""`rope-adapter info PATH`: an adapter's (or exported model's) factors and provenance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rope_adapter import read_adapter_factors
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info",
+        help="print an adapter's factors and provenance",
+        description="Print the per-layer factors, the base model they were made for and how they were found. "
+        "PATH is an adapter folder, a Hub repo id, or a folder written by `rope-adapter export`.",
+    )
+    p.add_argument("path", metavar="PATH", help="adapter folder, Hub repo id, or exported model folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.set_defaults(run=run)
+
+
+def describe(path: str) -> dict[str, Any]:
+    """What `info` shows, as a dict: kind, base model, factors, provenance."""
+    folder = Path(path)
+    if folder.is_dir() and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
+        from rope_adapter.export import read_exported_factors  # exported model folder
+
+        return read_exported_factors(folder)
+    config, tensor = read_adapter_factors(path)
+    return {
+        "kind": "adapter",
+        "path": str(path),
+        "base_model": config.base_model_name_or_path,
+        "base_model_type": config.base_model_type,
+        "num_layers": config.num_layers,
+        "head_dim": config.head_dim,
+        "base_rope_parameters": config.base_rope_parameters,
+        "factors": tensor.tolist(),
+        "provenance": config.provenance,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    info = describe(args.path)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"{info['kind']}: {info['path']}")
+    print(f"base model: {info.get('base_model')} ({info.get('base_model_type')}, {info.get('num_layers')} layers)")
+    print(f"base RoPE: {json.dumps(info.get('base_rope_parameters'))}")
+    factors = info["factors"]
+    print(f"factors: min {min(factors):.4f}  max {max(factors):.4f}  mean {sum(factors) / len(factors):.4f}")
+    for i, f in enumerate(factors):
+        print(f"  layer {i:3d}  {f:.6f}  {'#' * max(1, round((f - min(1.0, min(factors))) * 40))}")
+    prov = info.get("provenance")
+    print("provenance: " + (json.dumps(prov, indent=2) if prov else "none recorded"))
+    return 0
