@@ -314,7 +314,6 @@ def _folder_is_complete(folder: Path) -> bool:
 
 def _convert(gguf: Path, out: Path) -> None:
     """Dequantise ``gguf`` to a float32 transformers folder ``out`` (model, tokenizer, chat template)."""
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils.quantization_config import GgufConfig
 
@@ -329,6 +328,11 @@ def _convert(gguf: Path, out: Path) -> None:
     model.config._name_or_path = HUB_ID
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+def _write_marker(out: Path) -> None:
+    import transformers
+
     marker = {
         "source": _requirement(),
         "gguf_member": GGUF_MEMBER,
@@ -337,6 +341,15 @@ def _convert(gguf: Path, out: Path) -> None:
         "transformers_version": transformers.__version__,
     }
     (out / MARKER_FILENAME).write_text(json.dumps(marker, indent=2) + "\n")
+
+
+def _apply_umask(folder: Path) -> None:
+    """Give the folder and its files the usual permissions (mkdtemp and safetensors make them private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for path in folder.iterdir():
+        os.chmod(path, 0o666 & ~umask)
 
 
 def default_model_dir(progress: bool = True) -> Path:
@@ -362,9 +375,8 @@ def default_model_dir(progress: bool = True) -> Path:
         scratch = Path(tempfile.mkdtemp(dir=cache, prefix=_TMP_PREFIX))
         try:
             _convert(gguf, scratch)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(scratch, 0o777 & ~umask)
+            _write_marker(scratch)
+            _apply_umask(scratch)
             if folder.exists():  # incomplete or from another release: replace it
                 shutil.rmtree(folder)
             os.replace(scratch, folder)

