@@ -25,9 +25,7 @@ def _adapter_file(path_or_repo: str | os.PathLike, filename: str, **hub_kwargs: 
     if path.is_dir():
         file = path / filename
         if not file.is_file():
-            raise AdapterFileError(
-                f"{path} has no {filename}: is it an LRS adapter folder (save_pretrained output)?"
-            )
+            raise AdapterFileError(f"{path} has no {filename}: is it an LRS adapter folder (save_pretrained output)?")
         return file
     if path.exists():
         raise AdapterFileError(f"{path} is a file; give the adapter folder that holds {filename}")
@@ -48,21 +46,15 @@ def load_lrs_config(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> LrsCo
     try:
         raw = json.loads(file.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AdapterFileError(
-            f"{file} is not valid JSON ({exc}); re-save the adapter with save_pretrained()"
-        ) from exc
+        raise AdapterFileError(f"{file} is not valid JSON ({exc}); re-save the adapter with save_pretrained()") from exc
     if not isinstance(raw, dict):
         raise AdapterFileError(f"{file} must hold a JSON object")
     if raw.get("peft_type") != LRS_PEFT_TYPE.value:
-        raise AdapterFileError(
-            f"{file}: peft_type is {raw.get('peft_type')!r}, not 'LRS': this is not an LRS adapter"
-        )
+        raise AdapterFileError(f"{file}: peft_type is {raw.get('peft_type')!r}, not 'LRS': this is not an LRS adapter")
     known = set(LrsConfig.__dataclass_fields__)
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise AdapterFileError(
-            f"{file}: unknown keys {unknown}; was it edited by hand or made by a newer version?"
-        )
+        raise AdapterFileError(f"{file}: unknown keys {unknown}; was it edited by hand or made by a newer version?")
     try:
         config = LrsConfig(**raw)
     except (TypeError, ValueError) as exc:
@@ -71,9 +63,7 @@ def load_lrs_config(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> LrsCo
     return config
 
 
-def read_adapter_factors(
-    path_or_repo: str | os.PathLike, **hub_kwargs: Any
-) -> tuple[LrsConfig, torch.Tensor]:
+def read_adapter_factors(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> tuple[LrsConfig, torch.Tensor]:
     """The validated config and factor tensor of an adapter, checked against each other, without a model."""
     config = load_lrs_config(path_or_repo, **hub_kwargs)
     file = _adapter_file(path_or_repo, WEIGHTS_NAME, **hub_kwargs)
@@ -83,15 +73,11 @@ def read_adapter_factors(
         raise AdapterFileError(f"{file} is not a readable safetensors file ({exc})") from exc
     keys = [k for k in tensors if k.endswith(".lrs_factors")]
     if len(keys) != 1 or len(tensors) != 1:
-        raise AdapterFileError(
-            f"{file} must hold exactly one '*.lrs_factors' tensor, found {sorted(tensors)}"
-        )
+        raise AdapterFileError(f"{file} must hold exactly one '*.lrs_factors' tensor, found {sorted(tensors)}")
     tensor = tensors[keys[0]]
     check_factors_tensor(tensor, config.num_layers, str(file))  # type: ignore[arg-type]
     if not torch.equal(tensor, torch.tensor(config.factors, dtype=torch.float32)):
-        raise AdapterFileError(
-            f"{file} and {CONFIG_NAME} disagree on the factors: the folder was edited by hand"
-        )
+        raise AdapterFileError(f"{file} and {CONFIG_NAME} disagree on the factors: the folder was edited by hand")
     return config, tensor
 
 

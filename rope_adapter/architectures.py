@@ -85,12 +85,8 @@ def find_rope_site(model: nn.Module) -> RopeSite:
         raise _unsupported(model, "it has no decoder layers")
     params = inspect.signature(type(layers[0]).forward).parameters
     if "position_embeddings" not in params:
-        raise _unsupported(
-            model, f"its decoder layer {type(layers[0]).__name__} does not take `position_embeddings`"
-        )
-    if not hasattr(rotary, "inv_freq") and not any(
-        n.endswith("_inv_freq") for n, _ in rotary.named_buffers()
-    ):
+        raise _unsupported(model, f"its decoder layer {type(layers[0]).__name__} does not take `position_embeddings`")
+    if not hasattr(rotary, "inv_freq") and not any(n.endswith("_inv_freq") for n, _ in rotary.named_buffers()):
         raise _unsupported(model, f"its rotary module {type(rotary).__name__} has no `inv_freq`")
 
     config = getattr(model, "config", None)

@@ -55,6 +55,10 @@ class LrsConfig(PeftConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.peft_type = LRS_PEFT_TYPE
+        for name in ("num_layers", "head_dim", "rotary_dim"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise AdapterFileError(f"adapter_config.json: {name} must be a positive integer, found {value!r}")
         if self.factors is not None:
             count = self.num_layers
             if count is None:
@@ -64,12 +68,6 @@ class LrsConfig(PeftConfig):
                 self.factors = float(self.factors)
             else:
                 self.factors = validate_factors(self.factors, count)
-        for name in ("num_layers", "head_dim", "rotary_dim"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise AdapterFileError(
-                    f"adapter_config.json: {name} must be a positive integer, found {value!r}"
-                )
         if self.provenance is not None and not isinstance(self.provenance, dict):
             raise AdapterFileError("adapter_config.json: provenance must be an object or null")
 

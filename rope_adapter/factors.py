@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .errors import InvalidFactorsError
+from .errors import AdapterFileError, InvalidFactorsError
 
 
 def validate_factors(factors: float | Sequence[float], num_layers: int) -> list[float]:
@@ -46,13 +46,11 @@ def validate_factors(factors: float | Sequence[float], num_layers: int) -> list[
 def check_factors_tensor(tensor: torch.Tensor, num_layers: int, where: str) -> None:
     """Check a stored factor tensor: float32, shape ``[num_layers]``, finite and positive."""
     if tensor.dtype != torch.float32:
-        raise InvalidFactorsError(f"{where}: factors must be float32, found {tensor.dtype}")
+        raise AdapterFileError(f"{where}: factors must be float32, found {tensor.dtype}")
     if tuple(tensor.shape) != (num_layers,):
-        raise InvalidFactorsError(
-            f"{where}: factors must have shape [{num_layers}], found {list(tensor.shape)}"
-        )
+        raise AdapterFileError(f"{where}: factors must have shape [{num_layers}], found {list(tensor.shape)}")
     if not bool(torch.isfinite(tensor).all()) or not bool((tensor > 0).all()):
-        raise InvalidFactorsError(f"{where}: factors must be finite and > 0, found {tensor.tolist()}")
+        raise AdapterFileError(f"{where}: factors must be finite and > 0, found {tensor.tolist()}")
 
 
 def layer_cos_sin(

@@ -95,9 +95,7 @@ def remove_layer_hooks(layers: nn.ModuleList) -> None:
 
 def count_layer_hooks(model: nn.Module) -> int:
     """Number of LRS hooks present anywhere in ``model`` (0 after unload/delete)."""
-    return sum(
-        isinstance(h, LayerHook) for module in model.modules() for h in module._forward_pre_hooks.values()
-    )
+    return sum(isinstance(h, LayerHook) for module in model.modules() for h in module._forward_pre_hooks.values())
 
 
 class LrsRotaryLayer(nn.Module, BaseTunerLayer):

@@ -115,9 +115,7 @@ class LrsModel(BaseTuner):
             for _, p in model.named_parameters():
                 p.requires_grad = False
 
-    def _create_and_replace(
-        self, *args: Any, **kwargs: Any
-    ) -> None:  # pragma: no cover - inject_adapter is ours
+    def _create_and_replace(self, *args: Any, **kwargs: Any) -> None:  # pragma: no cover - inject_adapter is ours
         raise NotImplementedError
 
     def _mark_only_adapters_as_trainable(self, model: nn.Module) -> None:
@@ -176,10 +174,7 @@ class LrsModel(BaseTuner):
                 f"the folder was edited by hand: re-save it with save_pretrained()"
             )
         wrapper_name = next(n for n, m in model.named_modules() if isinstance(m, LrsRotaryLayer))
-        if (
-            keys[0].removeprefix("base_model.model.")
-            != f"{wrapper_name.removeprefix('base_model.model.')}.lrs_factors"
-        ):
+        if keys[0].removeprefix("base_model.model.") != f"{wrapper_name.removeprefix('base_model.model.')}.lrs_factors":
             raise AdapterFileError(
                 f"{where} stores factors for module '{keys[0]}', this model keeps them at '{wrapper_name}': the "
                 f"adapter was made for another architecture"
