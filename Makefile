@@ -1,0 +1,58 @@
+# rope-adapter: developer and CI entry points.
+#
+#   make venv    create or refresh .venv (quick when pyproject.toml has not changed)
+#   make test    run every test, integration-marked ones included (postgres-marked ones skip
+#                themselves unless ROPE_ADAPTER_TEST_POSTGRES_URL is set; .ci/run sets it)
+#   make lint    ruff check + ruff format --check
+#   make demo    run the end-to-end demo (python -m rope_adapter.demo)
+#   make clean   remove build outputs and tool caches; `make distclean` also removes .venv
+#
+# Variables: PYTHON (the interpreter the venv is made from, default python3), TORCH_SPEC (default
+# torch==2.13.0), TORCH_PIP_ARGS (extra pip arguments for torch, e.g.
+# "--index-url https://download.pytorch.org/whl/cpu" on a machine without a local CPU wheel),
+# PYTEST_ARGS, DEMO_ARGS.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+DEMO_ARGS ?=
+
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.rope-adapter-installed
+
+.PHONY: venv test lint format demo clean distclean
+
+venv: $(STAMP)
+
+# torch goes in first and on its own: these machines keep a CPU build on disk (pip's find-links) and
+# installing it first keeps the resolver from pulling a CUDA build from PyPI for `torch>=2.4` later.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --upgrade pip
+	$(VPY) -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(VPY) -m pip install -e ".[dev,postgres]"
+	$(VPY) -c "import torch; print('torch', torch.__version__, '| cuda', torch.version.cuda)"
+	touch $(STAMP)
+
+test: venv
+	$(VPY) -m pytest -q tests $(PYTEST_ARGS)
+
+lint: venv
+	$(VPY) -m ruff check .
+	$(VPY) -m ruff format --check .
+
+format: venv
+	$(VPY) -m ruff check --fix .
+	$(VPY) -m ruff format .
+
+demo: venv
+	$(VPY) -m rope_adapter.demo $(DEMO_ARGS)
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-report
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)
