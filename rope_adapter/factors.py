@@ -53,6 +53,28 @@ def check_factors_tensor(tensor: torch.Tensor, num_layers: int, where: str) -> N
         raise AdapterFileError(f"{where}: factors must be finite and > 0, found {tensor.tolist()}")
 
 
+def scaled_inv_freqs(inv_freq: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """``inv_freq / s_l`` for every layer at once, shape ``[num_layers, len(inv_freq)]`` (frequencies, not tables)."""
+    return inv_freq.to(device=factors.device, dtype=torch.float)[None, :] / factors[:, None]
+
+
+def cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' rotary forward for float ``positions`` (``position_ids[..., None].float()``), bit for bit.
+
+    Multiplying by an attention scaling of exactly 1.0 and casting to float32 are identities, so they are skipped.
+    """
+    freqs = positions * inv_freq.to(positions.device)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    if attention_scaling != 1.0:
+        cos, sin = cos * attention_scaling, sin * attention_scaling
+    if dtype != torch.float32:
+        cos, sin = cos.to(dtype=dtype), sin.to(dtype=dtype)
+    return cos, sin
+
+
 def layer_cos_sin(
     inv_freq: torch.Tensor,
     factor: torch.Tensor | float,
@@ -66,8 +88,4 @@ def layer_cos_sin(
     native linear scaling with factor s bit for bit.
     """
     scaled = inv_freq.to(device=position_ids.device, dtype=torch.float) / factor
-    freqs = position_ids[..., None].float() * scaled
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos = emb.cos() * attention_scaling
-    sin = emb.sin() * attention_scaling
-    return cos.to(dtype=dtype), sin.to(dtype=dtype)
+    return cos_sin(position_ids[..., None].float(), scaled, attention_scaling, dtype)

@@ -16,7 +16,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 from .architectures import rope_state
-from .factors import layer_cos_sin
+from .factors import cos_sin, scaled_inv_freqs
 
 
 class Float32BufferDict(BufferDict):
@@ -39,26 +39,24 @@ class Float32BufferDict(BufferDict):
 
 
 class LrsPositionEmbeddings(tuple):
-    """``(cos, sin)`` of the base rotary, tagged with what a layer needs to compute its own pair."""
+    """``(cos, sin)`` of the base rotary, tagged with what a layer needs to compute its own pair: the float
+    positions and every layer's scaled frequencies ``inv_freq / s_l`` (``[num_layers, rotary_dim / 2]``, a few KB)."""
 
-    inv_freq: torch.Tensor
+    positions: torch.Tensor
+    layer_inv_freqs: torch.Tensor
     attention_scaling: float
-    position_ids: torch.Tensor
-    factors: torch.Tensor
 
     def __new__(
         cls,
         base: tuple[torch.Tensor, torch.Tensor],
-        inv_freq: torch.Tensor,
+        positions: torch.Tensor,
+        layer_inv_freqs: torch.Tensor,
         attention_scaling: float,
-        position_ids: torch.Tensor,
-        factors: torch.Tensor,
     ) -> LrsPositionEmbeddings:
         obj = super().__new__(cls, base)
-        obj.inv_freq = inv_freq
+        obj.positions = positions
+        obj.layer_inv_freqs = layer_inv_freqs
         obj.attention_scaling = attention_scaling
-        obj.position_ids = position_ids
-        obj.factors = factors
         return obj
 
 
@@ -72,9 +70,7 @@ class LayerHook:
         pe = kwargs.get("position_embeddings")
         if not isinstance(pe, LrsPositionEmbeddings):
             return None
-        cos, sin = layer_cos_sin(
-            pe.inv_freq, pe.factors[self.layer_idx], pe.position_ids, pe.attention_scaling, pe[0].dtype
-        )
+        cos, sin = cos_sin(pe.positions, pe.layer_inv_freqs[self.layer_idx], pe.attention_scaling, pe[0].dtype)
         kwargs["position_embeddings"] = (cos, sin)
         return args, kwargs
 
@@ -141,7 +137,8 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
             return out
         layer_type = kwargs.get("layer_type", args[0] if args else None)
         inv_freq, attention_scaling = rope_state(self.base_layer, layer_type)
-        return LrsPositionEmbeddings(out, inv_freq, attention_scaling, position_ids, factors)
+        positions = position_ids[..., None].float()
+        return LrsPositionEmbeddings(out, positions, scaled_inv_freqs(inv_freq, factors), attention_scaling)
 
     def merge(self, safe_merge: bool = False, adapter_names: list[str] | None = None) -> None:
         raise NotImplementedError("LRS factors are merged by LrsModel.merge_and_unload(), not per layer")
