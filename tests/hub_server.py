@@ -50,9 +50,14 @@ settings at import, e.g. ``trust_remote_code`` modules)::
     result = hub.run_client("from transformers import AutoConfig; AutoConfig.from_pretrained('org/m')",
                             hf_home=tmp_path / "hf_home", token=hub.token)
 
-``hub.client_env(hf_home, token=...)`` gives that environment for your own ``subprocess`` call. The pytest
-fixture ``hub`` (this module, importable with ``from hub_server import hub``) does the in-process setup
-with token ``HubTestServer.DEFAULT_TOKEN`` and a fresh ``HF_HOME`` per test.
+``hub.client_env(hf_home, token=...)`` gives that environment for your own ``subprocess`` call. A pytest
+fixture in three lines (the valid token is ``HubTestServer.DEFAULT_TOKEN``, HF_HOME is fresh per test)::
+
+    from hub_server import hub_for_test
+
+    @pytest.fixture
+    def hub(tmp_path, monkeypatch):
+        yield from hub_for_test(tmp_path, monkeypatch)
 """
 
 from __future__ import annotations
@@ -77,7 +82,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-__all__ = ["HubTestServer", "hub"]
+__all__ = ["HubTestServer", "hub_for_test"]
 
 REPO_TYPE_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 _PLURAL = {"models": "model", "datasets": "dataset", "spaces": "space"}
@@ -107,12 +112,20 @@ def _git_blob_oid(data: bytes) -> str:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None, headers: Mapping[str, str] = ()):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        headers: Mapping[str, str] = (),
+        body: Mapping[str, Any] = (),
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.headers = dict(headers)
+        self.body = dict(body)
 
 
 def _not_found_repo(repo_id: str) -> _HttpError:
@@ -350,16 +363,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data) if length is None else length))
         for key, value in dict(headers).items():
             self.send_header(key, value)
+        self.server.owner._record(self.command, self.path, status)  # before the client can see the answer
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
-        self.server.owner._record(self.command, self.path, status)
 
     def _send_error(self, err: _HttpError) -> None:
         headers = {"X-Error-Message": err.message, **err.headers}
         if err.code:
             headers["X-Error-Code"] = err.code
-        self._send(err.status, {"error": err.message}, headers)
+        self._send(err.status, {"error": err.message, **err.body}, headers)
 
     def _dispatch(self, method: str) -> None:
         parts = urlsplit(self.path)
@@ -452,8 +465,9 @@ class _Handler(BaseHTTPRequestHandler):
         visibility = body.get("visibility")
         private = visibility == "private" if visibility else bool(body.get("private", False))
         with self.store.lock:
-            if (repo_type, repo_id) in self.store.repos:
-                raise _HttpError(409, "You already created this model repo", headers={"X-Repo-Id": repo_id})
+            existing = self.store.repos.get((repo_type, repo_id))
+            if existing is not None:  # the Hub's 409 carries the repo URL, which create_repo(exist_ok=True) returns
+                raise _HttpError(409, f"You already created this {repo_type} repo", body={"url": self._url(existing)})
             repo = self.store.create_repo(repo_type, repo_id, private, str(user))
         self._send(200, {"url": self._url(repo), "name": repo_id, "id": repo_id})
 
@@ -1062,17 +1076,17 @@ class HubTestServer:
             monkeypatch.setattr(detect, "_registry", {"standardEnvVars": [], "harnesses": {}})
 
 
-try:  # the server needs only the standard library; the fixture exists when pytest does
-    import pytest
-except ImportError:  # pragma: no cover
-    pytest = None  # type: ignore[assignment]
+def hub_for_test(tmp_path: str | os.PathLike[str], monkeypatch: Any, **kwargs: Any) -> Iterator[HubTestServer]:
+    """Body of a pytest fixture: a running HubTestServer with this process's client pointed at it.
 
-if pytest is not None:
+    Fresh HF_HOME under ``tmp_path``, no HF_TOKEN (pass the token to calls, or ``monkeypatch.setenv``);
+    ``kwargs`` go to HubTestServer. Fails the test at teardown if the server hit a bug of its own::
 
-    @pytest.fixture
-    def hub(tmp_path: Path, monkeypatch: Any) -> Iterator[HubTestServer]:
-        """A running HubTestServer with this process's client pointed at it (fresh HF_HOME, no HF_TOKEN)."""
-        with HubTestServer() as server:
-            server.patch_client(monkeypatch, tmp_path / "hf_home")
-            yield server
-            assert not server.errors, "the test hub failed on a request:\n" + "\n".join(server.errors)
+        @pytest.fixture
+        def hub(tmp_path, monkeypatch):
+            yield from hub_for_test(tmp_path, monkeypatch)
+    """
+    with HubTestServer(**kwargs) as server:
+        server.patch_client(monkeypatch, Path(tmp_path) / "hf_home")
+        yield server
+        assert not server.errors, "the test hub failed on a request:\n" + "\n".join(server.errors)
