@@ -1,0 +1,483 @@
+"""Publishing through the Hub protocol: the unmodified huggingface_hub client against tests/hub_server.py.
+
+The `hub` fixture (hub_for_test in tests/hub_server.py) starts a HubTestServer and points this process's client at it
+(HF_ENDPOINT, fresh HF_HOME, HF_HUB_OFFLINE=0, HF_HUB_DISABLE_XET=1 so uploads take the LFS path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import pytest
+import yaml
+from hub_server import HubTestServer, hub_for_test
+from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from rope_adapter.export.card import CardError, build_card
+from rope_adapter.export.hub import HubPublishError, push_folder
+
+TOKEN = HubTestServer.DEFAULT_TOKEN
+WRONG_TOKEN = "hf_wrong_secret_token_value_42"
+FACTORS = [1.0, 1.125, 1.375, 1.5]
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    yield from hub_for_test(tmp_path, monkeypatch)
+
+
+# hand-made folders -------------------------------------------------------------------------------------
+
+
+def write_safetensors(path: Path, tensors: dict[str, list[float]]) -> None:
+    """A float32 safetensors file, written with the standard library."""
+    header, data = {}, b""
+    for name, values in tensors.items():
+        raw = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": [len(values)], "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
+
+
+def make_adapter(
+    folder: Path,
+    factors: list[float] = FACTORS,
+    base: str = "HuggingFaceTB/SmolLM2-135M-Instruct",
+    report: bool = True,
+) -> Path:
+    """An LRS adapter folder as rope_adapter saves it, with a search report and a factors plot."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "peft_type": "LRS",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "factors": factors,
+        "num_layers": len(factors),
+        "head_dim": 64,
+        "base_model_type": "llama",
+        "base_rope_parameters": {"rope_type": "default", "rope_theta": 100000.0},
+        "provenance": {
+            "method": "bezier-nsga2",
+            "curve": {
+                "degree": 3,
+                "x_mode": "fixed",
+                "control_points": [[0, 1.0], [1 / 3, 1.1], [2 / 3, 1.45], [1, 1.5]],
+            },
+            "study": {"name": "smol-kv20", "trial": 17, "sampler": "NSGAIISampler", "seed": 1234},
+            "task": {"name": "kv-retrieval", "pairs": 20, "positions": [0, 9, 19], "score": "gold_logprob@4"},
+            "scores": {"mean": -1.25, "worst": -2.5},
+        },
+    }
+    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
+    write_safetensors(folder / "adapter_model.safetensors", {"base_model.model.lrs_factors.default": factors})
+    if report:
+        variants = {
+            "base": {"per_position": {"0": 0.9, "9": 0.35, "19": 0.8}, "mean": 0.6833, "stderr": 0.05},
+            "lrs": {"per_position": {"0": 0.92, "9": 0.6, "19": 0.84}, "mean": 0.7867, "stderr": 0.04},
+        }
+        report_data = {"baselines": {"base": {}}, "pareto_front": [{"trial": 17}, {"trial": 3}]}
+        report_data["heldout"] = {"variants": variants}
+        (folder / "search_report.json").write_text(json.dumps(report_data))
+        (folder / "factors.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + os.urandom(64))
+    return folder
+
+
+def make_export(folder: Path, *, custom_code: bool = True, model_type: str | None = None) -> Path:
+    """An exported model folder: config.json with lrs_factors (weights are not read by the card)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = {
+        "model_type": model_type or ("llama_lrs" if custom_code else "llama"),
+        "architectures": ["LlamaLrsForCausalLM" if custom_code else "LlamaForCausalLM"],
+        "num_hidden_layers": len(FACTORS),
+        "head_dim": 16,
+        "lrs_factors": FACTORS if custom_code else [1.5] * len(FACTORS),
+        "lrs_base_model_type": "llama",
+        "lrs_base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "rope_parameters": {"rope_type": "default" if custom_code else "linear", "rope_theta": 100.0},
+    }
+    if not custom_code:
+        config["rope_parameters"]["factor"] = 1.5
+    if custom_code:
+        config["auto_map"] = {
+            "AutoConfig": "configuration_llama_lrs.LlamaLrsConfig",
+            "AutoModelForCausalLM": "modeling_llama_lrs.LlamaLrsForCausalLM",
+        }
+        (folder / "configuration_llama_lrs.py").write_text("# config code\n")
+        (folder / "modeling_llama_lrs.py").write_text("# model code\n")
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    write_safetensors(folder / "model.safetensors", {"lm_head.weight": [0.0] * 8})
+    return folder
+
+
+def front_matter(text: str) -> dict:
+    assert text.startswith("---\n"), text[:200]
+    end = text.index("\n---\n", 4)
+    return yaml.safe_load(text[4:end])
+
+
+def factor_table(text: str) -> dict[int, float]:
+    """Rows of the card's '| Layer | Factor |' table."""
+    lines = text.splitlines()
+    start = lines.index("| Layer | Factor |") + 2
+    rows = {}
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        layer, factor = (cell.strip() for cell in line.strip("|").split("|"))
+        rows[int(layer)] = float(factor)
+    return rows
+
+
+def snapshot_of(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {
+        p.relative_to(folder).as_posix(): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+# the protocol, with the plain client ------------------------------------------------------------------------
+
+
+def test_upload_big_file_through_lfs_and_download_identical_bytes(hub, tmp_path):
+    folder = tmp_path / "upload"
+    (folder / "sub").mkdir(parents=True)
+    big = os.urandom(11 * 1024 * 1024)  # > 10 MB: must go through LFS whatever its name
+    (folder / "weights.dat").write_bytes(big)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "sub" / "notes.txt").write_text("small file in a subfolder\n")
+
+    api = HfApi(token=TOKEN)
+    url = api.create_repo("org/roundtrip")
+    assert url.repo_id == "org/roundtrip" and url.startswith(hub.endpoint)
+    commit = api.upload_folder(folder_path=folder, repo_id="org/roundtrip", commit_message="add files")
+    assert commit.oid in commit.commit_url
+
+    assert hub.lfs_paths("org/roundtrip") == {"weights.dat"}
+    calls = {(method, path) for method, path, status in hub.requests if status == 200}
+    assert ("POST", "/org/roundtrip.git/info/lfs/objects/batch") in calls
+    assert ("POST", "/org/roundtrip.git/info/lfs/objects/verify") in calls
+    assert any(method == "PUT" for method, _ in calls)
+    assert ("POST", "/api/models/org/roundtrip/commit/main") in calls
+    assert hub.commit_titles("org/roundtrip") == ["add files", "initial commit"]
+
+    for name in ("weights.dat", "config.json", "sub/notes.txt"):
+        path = hf_hub_download("org/roundtrip", name)
+        assert Path(path).read_bytes() == (folder / name).read_bytes(), name
+    snapshot = Path(snapshot_download("org/roundtrip"))
+    for name in ("weights.dat", "config.json", "sub/notes.txt"):
+        assert (snapshot / name).read_bytes() == (folder / name).read_bytes(), name
+    assert (snapshot / ".gitattributes").is_file()
+
+    tree = {f.path: f for f in api.list_repo_tree("org/roundtrip", recursive=True)}
+    assert tree["weights.dat"].lfs.size == len(big) and tree["sub/notes.txt"].lfs is None
+    info = api.model_info("org/roundtrip", files_metadata=True)
+    assert info.sha == commit.oid
+    assert {s.rfilename for s in info.siblings} == {".gitattributes", "weights.dat", "config.json", "sub/notes.txt"}
+
+
+def test_missing_file_revision_and_repo_raise_the_clients_errors(hub):
+    api = HfApi(token=TOKEN)
+    api.create_repo("org/present")
+    with pytest.raises(EntryNotFoundError):
+        hf_hub_download("org/present", "missing.json")
+    with pytest.raises(RevisionNotFoundError):
+        hf_hub_download("org/present", ".gitattributes", revision="no-such-branch")
+    with pytest.raises(RepositoryNotFoundError):
+        hf_hub_download("org/absent", "config.json")
+    assert not api.file_exists("org/present", "missing.json")
+    assert api.file_exists("org/present", ".gitattributes")
+    assert not api.repo_exists("org/absent")
+
+
+def test_wrong_or_missing_token_is_401(hub):
+    api = HfApi()
+    with pytest.raises(HfHubHTTPError) as wrong:
+        api.create_repo("org/secret", token=WRONG_TOKEN)
+    assert wrong.value.response.status_code == 401
+    with pytest.raises(HfHubHTTPError) as missing:  # no token anywhere: fresh HF_HOME, no HF_TOKEN
+        api.create_repo("org/secret")
+    assert missing.value.response.status_code == 401
+    with pytest.raises(HfHubHTTPError) as whoami:
+        api.whoami(token=WRONG_TOKEN)
+    assert whoami.value.response.status_code == 401
+    assert not hub.repo_exists("org/secret")
+    assert api.whoami(token=TOKEN)["name"] == hub.user
+
+
+def test_create_repo_twice_conflicts_unless_exist_ok(hub):
+    api = HfApi(token=TOKEN)
+    api.create_repo("org/twice")
+    with pytest.raises(HfHubHTTPError) as err:
+        api.create_repo("org/twice")
+    assert err.value.response.status_code == 409
+    assert api.create_repo("org/twice", exist_ok=True).repo_id == "org/twice"
+
+
+def test_private_repo_needs_the_token_to_read(hub):
+    api = HfApi(token=TOKEN)
+    api.create_repo("org/private", private=True)
+    api.upload_file(path_or_fileobj=b"{}", path_in_repo="config.json", repo_id="org/private")
+    with pytest.raises(RepositoryNotFoundError):
+        hf_hub_download("org/private", "config.json")  # no token
+    assert Path(hf_hub_download("org/private", "config.json", token=TOKEN)).read_bytes() == b"{}"
+
+
+def test_branch_upload_leaves_main_alone(hub):
+    api = HfApi(token=TOKEN)
+    api.create_repo("org/branches")
+    api.upload_file(path_or_fileobj=b"main\n", path_in_repo="which.txt", repo_id="org/branches")
+    api.create_branch("org/branches", branch="dev")
+    api.upload_file(path_or_fileobj=b"dev\n", path_in_repo="which.txt", repo_id="org/branches", revision="dev")
+    assert Path(hf_hub_download("org/branches", "which.txt")).read_bytes() == b"main\n"
+    assert Path(hf_hub_download("org/branches", "which.txt", revision="dev")).read_bytes() == b"dev\n"
+    assert {b.name for b in api.list_repo_refs("org/branches").branches} == {"main", "dev"}
+
+
+def test_client_configured_by_environment_alone_in_a_fresh_process(tmp_path):
+    """The env of HubTestServer.client_env is enough for a client that reads it at import time."""
+    with HubTestServer() as server:
+        code = (
+            "from huggingface_hub import HfApi, hf_hub_download\n"
+            "api = HfApi()\n"  # token from HF_TOKEN
+            "api.create_repo('org/env-only')\n"
+            "api.upload_file(path_or_fileobj=b'x' * 100, path_in_repo='a.bin', repo_id='org/env-only')\n"
+            "print(open(hf_hub_download('org/env-only', 'a.bin'), 'rb').read() == b'x' * 100)\n"
+        )
+        result = server.run_client(code, hf_home=tmp_path / "hf_home", token=server.token, timeout=120)
+        assert result.stdout.strip().endswith("True"), result.stdout
+        assert server.files("org/env-only")["a.bin"] == b"x" * 100
+        assert not server.errors
+
+
+def test_server_keeps_repos_on_disk(tmp_path, monkeypatch):
+    root = tmp_path / "hub-root"
+    with HubTestServer(root=root) as first:
+        first.patch_client(monkeypatch, tmp_path / "home1")
+        HfApi(token=TOKEN).create_repo("org/kept")
+        HfApi(token=TOKEN).upload_file(path_or_fileobj=b"kept", path_in_repo="f.txt", repo_id="org/kept")
+    assert (root / "repos" / "models" / "org" / "kept" / "repo.json").is_file()
+    with HubTestServer(root=root) as second:
+        assert second.files("org/kept")["f.txt"] == b"kept"
+
+
+# push_folder ------------------------------------------------------------------------------------------------
+
+
+def test_push_folder_publishes_adapter_with_card(hub, tmp_path):
+    folder = make_adapter(tmp_path / "adapter")
+    before = snapshot_of(folder)
+
+    url = push_folder(folder, "org/llama-lrs", token=TOKEN)
+
+    assert url.startswith(f"{hub.endpoint}/org/llama-lrs/commit/")
+    assert snapshot_of(folder) == before  # the source folder is not touched (no README written into it)
+    files = hub.files("org/llama-lrs")
+    assert set(files) == {
+        ".gitattributes",
+        "README.md",
+        "adapter_config.json",
+        "adapter_model.safetensors",
+        "factors.png",
+        "search_report.json",
+    }
+    for name, (_, content) in before.items():
+        assert files[name] == content, name
+    assert {"adapter_model.safetensors", "factors.png"} <= hub.lfs_paths("org/llama-lrs")
+
+    readme = Path(hf_hub_download("org/llama-lrs", "README.md")).read_text()
+    meta = front_matter(readme)
+    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert meta["library_name"] == "peft"
+    assert meta["pipeline_tag"] == "text-generation"
+    assert meta["license"] == "apache-2.0"
+    assert {"rope", "lrs", "long-context", "lost-in-the-middle"} <= set(meta["tags"])
+    metrics = meta["model-index"][0]["results"][0]["metrics"]
+    assert metrics[0]["type"] == "gold_logprob@4" and metrics[0]["value"] == pytest.approx(0.7867)
+
+    config = json.loads(files["adapter_config.json"])
+    table = factor_table(readme)
+    assert sorted(table) == list(range(config["num_layers"]))
+    assert [table[i] for i in range(config["num_layers"])] == pytest.approx(config["factors"], abs=5e-5)
+    assert "import rope_adapter" in readme
+    assert 'PeftModel.from_pretrained(base, "org/llama-lrs")' in readme
+    assert 'AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")' in readme
+    assert "https://arxiv.org/abs/2503.04355" in readme
+    assert "![RoPE scaling factor by layer](factors.png)" in readme
+    assert "| **lrs** | 0.9200 | 0.6000 | 0.8400 | 0.7867 | 0.0400 |" in readme
+    assert "NSGAIISampler" in readme and "`1234`" in readme
+
+
+def test_push_folder_refreshes_an_existing_readme(hub, tmp_path):
+    folder = make_adapter(tmp_path / "adapter", report=False)
+    (folder / "README.md").write_text("---\nlibrary_name: peft\n---\n# stale card\n")
+    push_folder(folder, "org/refresh", token=TOKEN)
+    readme = hub.files("org/refresh")["README.md"].decode()
+    assert "stale card" not in readme and "| Layer | Factor |" in readme
+    assert (folder / "README.md").read_text() == "---\nlibrary_name: peft\n---\n# stale card\n"
+    assert "model-index" not in front_matter(readme)  # no evaluation file, no eval results
+
+
+def test_push_folder_to_new_branch(hub, tmp_path):
+    push_folder(make_adapter(tmp_path / "v1"), "org/branchy", token=TOKEN)
+    v2 = make_adapter(tmp_path / "v2", factors=[1.0, 2.0, 2.0, 1.0], report=False)
+    push_folder(v2, "org/branchy", revision="experiment", token=TOKEN, commit_message="try a bump")
+
+    assert set(hub.branches("org/branchy")) == {"main", "experiment"}
+    assert hub.commit_titles("org/branchy", "experiment")[0] == "try a bump"
+    main_config = json.loads(Path(hf_hub_download("org/branchy", "adapter_config.json")).read_text())
+    branch_config = json.loads(
+        Path(hf_hub_download("org/branchy", "adapter_config.json", revision="experiment")).read_text()
+    )
+    assert main_config["factors"] == FACTORS and branch_config["factors"] == [1.0, 2.0, 2.0, 1.0]
+    branch_readme = Path(hf_hub_download("org/branchy", "README.md", revision="experiment")).read_text()
+    assert list(factor_table(branch_readme).values()) == [1.0, 2.0, 2.0, 1.0]
+
+    # a new repo straight onto a branch: repo, branch and commit in one call
+    push_folder(v2, "org/fresh", revision="dev", token=TOKEN)
+    assert "adapter_config.json" in hub.files("org/fresh", "dev")
+    assert "adapter_config.json" not in hub.files("org/fresh", "main")
+
+
+def test_push_folder_takes_token_from_environment_and_namespace_from_whoami(hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    url = push_folder(make_adapter(tmp_path / "adapter"), "mine")
+    assert f"/{hub.user}/mine/commit/" in url
+    readme = hub.files(f"{hub.user}/mine")["README.md"].decode()
+    assert f'PeftModel.from_pretrained(base, "{hub.user}/mine")' in readme
+
+
+def test_push_folder_wrong_token_is_one_clean_line(hub, tmp_path):
+    with pytest.raises(HubPublishError) as err:
+        push_folder(make_adapter(tmp_path / "adapter"), "org/denied", token=WRONG_TOKEN)
+    message = str(err.value)
+    assert "401" in message and "token" in message
+    assert WRONG_TOKEN not in message and "\n" not in message
+    assert err.value.__cause__ is None and err.value.__suppress_context__
+    assert not hub.repo_exists("org/denied")
+
+
+def test_push_folder_without_any_token_fails_before_the_network(hub, tmp_path):
+    with pytest.raises(HubPublishError, match="no Hugging Face token"):
+        push_folder(make_adapter(tmp_path / "adapter"), "org/anon")
+    assert hub.requests == []
+
+
+def test_push_folder_unreachable_endpoint(tmp_path, monkeypatch):
+    with HubTestServer() as gone:
+        gone.patch_client(monkeypatch, tmp_path / "hf_home")
+    # the server is stopped; the client still points at its port
+    with pytest.raises(HubPublishError, match="cannot reach the Hub") as err:
+        push_folder(make_adapter(tmp_path / "adapter"), "org/nowhere", token=WRONG_TOKEN)
+    assert WRONG_TOKEN not in str(err.value)
+
+
+def test_push_folder_refuses_bad_folders_before_the_network(hub, tmp_path):
+    with pytest.raises(HubPublishError, match="neither adapter_config.json"):
+        push_folder(tmp_path, "org/empty", token=TOKEN)
+    lora = tmp_path / "lora"
+    lora.mkdir()
+    (lora / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA"}))
+    with pytest.raises(HubPublishError, match="not an LRS adapter"):
+        push_folder(lora, "org/lora", token=TOKEN)
+    edited = make_adapter(tmp_path / "edited")
+    config = json.loads((edited / "adapter_config.json").read_text())
+    config["factors"][1] = 3.0
+    (edited / "adapter_config.json").write_text(json.dumps(config))
+    with pytest.raises(HubPublishError, match="disagree on the factors"):
+        push_folder(edited, "org/edited", token=TOKEN)
+    assert hub.requests == []
+
+
+# cards of exported models ------------------------------------------------------------------------------
+
+
+def test_card_of_custom_code_export(tmp_path):
+    card = build_card(make_export(tmp_path / "export"), repo_id="org/llama-lrs-merged")
+    meta = card.data.to_dict()
+    assert meta["library_name"] == "transformers" and meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert "custom_code" in meta["tags"]
+    text = str(card)
+    assert 'AutoModelForCausalLM.from_pretrained("org/llama-lrs-merged", trust_remote_code=True)' in text
+    assert "`modeling_llama_lrs.py`" in text
+    assert list(factor_table(text).values()) == pytest.approx(FACTORS)
+
+
+def test_card_of_native_export(tmp_path):
+    text = str(build_card(make_export(tmp_path / "native", custom_code=False), repo_id="org/llama-linear"))
+    assert 'AutoModelForCausalLM.from_pretrained("org/llama-linear")\n' in text
+    assert "trust_remote_code" not in text
+    assert "equals native linear RoPE scaling with factor 1.5000" in text
+
+
+def test_card_refuses_export_that_would_load_without_factors(tmp_path):
+    folder = make_export(tmp_path / "bad", model_type="llama")  # auto_map next to the built-in model_type
+    with pytest.raises(CardError, match="WITHOUT the factors"):
+        build_card(folder)
+
+
+def test_card_license_from_local_base_folder(tmp_path):
+    base = tmp_path / "base-model"
+    base.mkdir()
+    (base / "README.md").write_text("---\nlicense: mit\n---\n# base\n")
+    card = build_card(make_adapter(tmp_path / "adapter", base=str(base), report=False))
+    meta = card.data.to_dict()
+    assert meta["license"] == "mit"
+    assert "base_model" not in meta  # a local path is no Hub id
+    assert f"AutoModelForCausalLM.from_pretrained({json.dumps(str(base))})" in str(card)
+
+
+# transformers' from_pretrained through the server ---------------------------------------------------------------
+
+
+def _upload_tiny_llama(tmp_path: Path) -> Path:
+    from tiny_models import tiny_model
+
+    model = tiny_model("llama", num_layers=2)
+    folder = tmp_path / "tiny-llama"
+    model.save_pretrained(folder)
+    (folder / "generation_config.json").unlink(missing_ok=True)  # so transformers' optional probe gets a 404
+    api = HfApi(token=TOKEN)
+    api.create_repo("org/tiny-llama")
+    api.upload_folder(folder_path=folder, repo_id="org/tiny-llama")
+    return folder
+
+
+def test_autoconfig_from_pretrained_in_process(hub, tmp_path):
+    from transformers import AutoConfig
+
+    _upload_tiny_llama(tmp_path)
+    config = AutoConfig.from_pretrained("org/tiny-llama")
+    assert config.model_type == "llama" and config.num_hidden_layers == 2
+
+
+def test_from_pretrained_in_a_fresh_process(hub, tmp_path):
+    """AutoConfig and AutoModelForCausalLM resolve files and their 404 probes through the server."""
+    folder = _upload_tiny_llama(tmp_path)
+    code = (
+        "import torch\n"
+        "from transformers import AutoConfig, AutoModelForCausalLM\n"
+        "config = AutoConfig.from_pretrained('org/tiny-llama')\n"
+        "model = AutoModelForCausalLM.from_pretrained('org/tiny-llama')\n"
+        "print(config.model_type, config.num_hidden_layers, sum(float(p.detach().double().sum()) for p in model.parameters()))\n"
+    )
+    result = hub.run_client(code, hf_home=tmp_path / "fresh_home", timeout=300)
+    model_type, layers, checksum = result.stdout.split()[-3:]
+    assert (model_type, layers) == ("llama", "2")
+
+    from transformers import AutoModelForCausalLM
+
+    local = AutoModelForCausalLM.from_pretrained(folder)
+    assert float(checksum) == pytest.approx(sum(float(p.detach().double().sum()) for p in local.parameters()), rel=1e-9)
+    probes = {path.rsplit("/", 1)[-1] for method, path, status in hub.requests if method == "HEAD" and status == 404}
+    assert {"generation_config.json", "adapter_config.json"} <= probes  # optional files answered EntryNotFound
