@@ -4,7 +4,7 @@
 #   make test    run every test, integration-marked ones included (postgres-marked ones skip
 #                themselves unless ROPE_ADAPTER_TEST_POSTGRES_URL is set; .ci/run sets it)
 #   make lint    ruff check + ruff format --check
-#   make demo    run the end-to-end demo (python -m rope_adapter.demo)
+#   make demo    run the end-to-end demo (rope-adapter demo) on the embedded SmolLM2-135M-Instruct
 #   make clean   remove build outputs and tool caches; `make distclean` also removes .venv
 #
 # Variables: PYTHON (the interpreter the venv is made from, default python3), TORCH_SPEC (default
@@ -48,7 +48,7 @@ format: venv
 	$(VPY) -m ruff format .
 
 demo: venv
-	$(VPY) -m rope_adapter.demo $(DEMO_ARGS)
+	$(VENV)/bin/rope-adapter demo $(DEMO_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-report
