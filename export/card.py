@@ -462,7 +462,7 @@ def build_card(folder: str | Path, *, repo_id: str | None = None) -> ModelCard:
         "paper_url": ARXIV_URL,
         "base_model": info.base_model,
         "base_model_id": base_id,
-        "base_model_load": base_id or info.base_model,
+        "base_expr": json.dumps(base_id or info.base_model) if (base_id or info.base_model) else "BASE_MODEL",
         "base_model_type": info.base_model_type,
         "base_rope_parameters": json.dumps(info.base_rope_parameters, sort_keys=True)
         if info.base_rope_parameters

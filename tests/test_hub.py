@@ -399,6 +399,27 @@ def test_push_folder_refuses_bad_folders_before_the_network(hub, tmp_path):
     assert hub.requests == []
 
 
+def test_push_folder_adapter_saved_by_the_core_loads_back_with_peft(hub, tmp_path):
+    import torch
+    from peft import PeftModel, get_peft_model
+    from tiny_models import tiny_model
+
+    import rope_adapter
+
+    model = get_peft_model(tiny_model("llama", num_layers=4), rope_adapter.LrsConfig(factors=FACTORS))
+    model.save_pretrained(tmp_path / "saved")
+    push_folder(tmp_path / "saved", "org/llama-lrs", token=TOKEN)
+
+    loaded = PeftModel.from_pretrained(tiny_model("llama", num_layers=4), "org/llama-lrs")
+    ids = torch.arange(1, 40)[None]
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).logits, model(ids).logits)
+    readme = hub.files("org/llama-lrs")["README.md"].decode()
+    assert list(factor_table(readme).values()) == pytest.approx(FACTORS)
+    assert "base_model" not in front_matter(readme)  # a random-init model has no name to record
+    assert 'BASE_MODEL = "..."' in readme and "from_pretrained(BASE_MODEL)" in readme
+
+
 # cards of exported models ------------------------------------------------------------------------------
 
 
