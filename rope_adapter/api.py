@@ -29,6 +29,9 @@ def _adapter_file(path_or_repo: str | os.PathLike, filename: str, **hub_kwargs: 
         return file
     if path.exists():
         raise AdapterFileError(f"{path} is a file; give the adapter folder that holds {filename}")
+    text = str(path_or_repo)
+    if path.is_absolute() or text.startswith(".") or text.count("/") > 1 or "\\" in text:
+        raise AdapterFileError(f"{text}: no such adapter folder (and not a Hub repo id of the form org/name)")
     from huggingface_hub import hf_hub_download  # a repo id, resolved like PEFT does
 
     try:
