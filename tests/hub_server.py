@@ -869,7 +869,7 @@ class HubTestServer:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.owner = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="test-hub", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="test-hub", daemon=True)
         self._thread.start()
         return self
 
