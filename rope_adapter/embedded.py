@@ -304,12 +304,15 @@ def _folder_is_complete(folder: Path) -> bool:
         marker = json.loads((folder / MARKER_FILENAME).read_text())
     except (OSError, ValueError):
         return False
-    return (
-        isinstance(marker, dict)
-        and marker.get("gguf_sha256") == GGUF_SHA256
-        and (folder / "config.json").is_file()
-        and (folder / "model.safetensors").is_file()
-    )
+    if not isinstance(marker, dict) or marker.get("gguf_sha256") != GGUF_SHA256:
+        return False
+    sizes = marker.get("file_sizes")
+    if not isinstance(sizes, dict) or not {"config.json", "model.safetensors"} <= sizes.keys():
+        return False
+    try:  # a truncated or deleted file (a disk that filled up, a partial copy) means converting again
+        return all((folder / name).stat().st_size == size for name, size in sizes.items())
+    except OSError:
+        return False
 
 
 def _convert(gguf: Path, out: Path) -> None:
@@ -339,6 +342,7 @@ def _write_marker(out: Path) -> None:
         "gguf_sha256": GGUF_SHA256,
         "dtype": "float32",
         "transformers_version": transformers.__version__,
+        "file_sizes": {path.name: path.stat().st_size for path in sorted(out.iterdir()) if path.is_file()},
     }
     (out / MARKER_FILENAME).write_text(json.dumps(marker, indent=2) + "\n")
 
@@ -370,6 +374,7 @@ def default_model_dir(progress: bool = True) -> Path:
     with _locked(cache, progress):
         if _folder_is_complete(folder):  # another process finished it while we waited
             return folder
+        _remove_stale_temporaries(cache)  # e.g. the half-written folder of a conversion that was killed
         gguf = _ensure_gguf(cache, progress)
         _say(progress, f"converting {gguf.name} to a float32 transformers folder {folder} (about 20 s, once)")
         scratch = Path(tempfile.mkdtemp(dir=cache, prefix=_TMP_PREFIX))
