@@ -1,0 +1,60 @@
+"""Export: base model + LRS adapter as one standalone model folder (``rope-adapter export``).
+
+Importing this package also registers the ``<type>_lrs`` model types of every tested architecture with
+transformers' auto classes, so exported folders load without ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+from rope_adapter import TESTED_MODEL_TYPES
+
+from .bake import (
+    COPIED_FILE_PATTERNS,
+    SIDECAR_NAME,
+    ExportError,
+    ExportResult,
+    ExportVerificationError,
+    check_adapter_fits,
+    check_output_folder,
+    export_model,
+    probe_input_ids,
+    read_exported_factors,
+    verify_export,
+)
+from .codegen import CodegenError, LrsNames, lrs_classes, lrs_names, register_lrs_model_type
+from .plan import CUSTOM_CODE, NATIVE, ExportPlan, linear_rope_parameters, plan_export
+
+__all__ = [
+    "COPIED_FILE_PATTERNS",
+    "CUSTOM_CODE",
+    "CodegenError",
+    "ExportError",
+    "ExportPlan",
+    "ExportResult",
+    "ExportVerificationError",
+    "LrsNames",
+    "NATIVE",
+    "SIDECAR_NAME",
+    "check_adapter_fits",
+    "check_output_folder",
+    "export_model",
+    "linear_rope_parameters",
+    "lrs_classes",
+    "lrs_names",
+    "plan_export",
+    "probe_input_ids",
+    "read_exported_factors",
+    "register_lrs_model_type",
+    "verify_export",
+]
+
+
+def _register_tested() -> None:
+    for model_type in TESTED_MODEL_TYPES:
+        try:
+            register_lrs_model_type(model_type)
+        except CodegenError:  # pragma: no cover - an older transformers without this architecture
+            pass
+
+
+_register_tested()

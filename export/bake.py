@@ -1,0 +1,633 @@
+"""``export_model``: write a complete model folder that carries an LRS adapter's factors, loadable without PEFT.
+
+The folder holds the base weights (safetensors, sharded like ``save_pretrained``), the base model's tokenizer
+files, chat template, generation config and licence files copied unchanged, a ``config.json`` that carries the
+factors, and ``lrs_export.json`` (what was exported from what, and how it was checked). See ``plan.py`` for when
+the factors become transformers' own RoPE settings and when a new model_type with generated code.
+
+Every input is checked before any weight is loaded or written; the folder is built under a temporary name next
+to ``out``, reloaded in a fresh Python process and compared with the adapter's logits, and only then renamed.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from peft import PeftModel, get_peft_model
+from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
+
+import rope_adapter
+from rope_adapter import LrsConfig, LrsError, find_rope_site, get_factors, load_lrs_config
+from rope_adapter.embedded import resolve_model_path
+
+from .codegen import CodegenError, names_for_model, register_lrs_model_type, write_code
+from .lrs_config import unwrap_rope_parameters, wrap_rope_parameters
+from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
+
+logger = logging.getLogger(__name__)
+
+SIDECAR_NAME = "lrs_export.json"
+"""Written into every exported folder: factors, base model, provenance and the verification result."""
+
+COPIED_FILE_PATTERNS = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab*",
+    "merges.txt",
+    "*.tiktoken",
+    "*.model",
+    "chat_template*",
+    "generation_config.json",
+    "LICENSE*",
+    "NOTICE*",
+    "USE_POLICY*",
+)
+"""Files of the base model folder copied unchanged into the export (tokenizer, chat template, licence)."""
+
+PROBE_SEED = 0
+
+
+class ExportError(LrsError):
+    """An export that cannot be done as asked (output folder, base model, adapter)."""
+
+
+class ExportVerificationError(ExportError):
+    """The written folder, loaded in a fresh process, does not give the adapter's logits."""
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export_model` wrote."""
+
+    path: Path
+    format: str  # "native" or "custom-code"
+    model_type: str  # model_type in config.json, e.g. "llama_lrs" or "llama"
+    factors: list[float]
+    reason: str  # why this format
+    files: list[str] = field(default_factory=list)
+    max_abs_diff: float | None = None  # fresh-process logits vs adapter logits; None when not verified
+
+
+@dataclass
+class _Source:
+    peft_model: PeftModel
+    adapter_name: str
+    config: LrsConfig
+    base_name: str | None  # base model id or path, for the record
+    base_folder: Path | None  # local folder holding the base model's tokenizer files etc.
+    adapter_ref: str | None
+    restore: Callable[[], None] = lambda: None
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def _local_dir(ref: str | os.PathLike | None) -> Path | None:
+    if ref is None:
+        return None
+    path = Path(ref).expanduser()
+    return path.resolve() if path.is_dir() else None
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def check_output_folder(out: Path, overwrite: bool, *, base: Path | None = None, adapter: Path | None = None) -> None:
+    """Refuse an ``out`` that is non-empty (unless ``overwrite``), a file, or tangled with the inputs."""
+    out = out.resolve()
+    if base is not None and _inside(out, base):
+        raise ExportError(f"--out {out} is inside the base model folder {base}: write the export somewhere else")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out} is a file: give a folder")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise ExportError(f"--out {out} exists and is not empty: choose a new folder or pass --overwrite")
+        for name, folder in (("base model", base), ("adapter", adapter)):
+            if folder is not None and _inside(folder, out):
+                raise ExportError(f"--overwrite would delete {out}, which holds the {name} {folder}")
+
+
+def check_adapter_fits(config: LrsConfig, base_config: PreTrainedConfig) -> None:
+    """Check an adapter config against a base model config without loading weights.
+
+    Builds the model skeleton on the meta device and binds the adapter to it, so the checks are exactly those of
+    ``PeftModel.from_pretrained`` (layer count, head size, rotary size, RoPE settings). Raises
+    ``AdapterMismatchError`` or ``UnsupportedModelError``.
+    """
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(base_config)
+    get_peft_model(skeleton, copy.deepcopy(config))
+
+
+def _load_base_config(ref: str) -> PreTrainedConfig:
+    try:
+        return AutoConfig.from_pretrained(ref)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"cannot read the base model config of {ref}: {first}") from exc
+
+
+# ----------------------------------------------------------------------------------------------- sources
+
+
+def _from_path(model: str | os.PathLike, adapter: str | os.PathLike, out: Path, overwrite: bool, dtype: Any) -> _Source:
+    base_ref = resolve_model_path(model)
+    base_folder = _local_dir(base_ref)
+    check_output_folder(out, overwrite, base=base_folder, adapter=_local_dir(adapter))
+    config = load_lrs_config(adapter)
+    base_config = _load_base_config(base_ref)
+    _check_builtin(base_config)
+    check_adapter_fits(config, base_config)
+    logger.info("loading %s", base_ref)
+    base = AutoModelForCausalLM.from_pretrained(base_ref, dtype="auto" if dtype is None else dtype)
+    base.eval()
+    peft_model = PeftModel.from_pretrained(base, os.fspath(adapter))
+    return _Source(
+        peft_model=peft_model,
+        adapter_name="default",
+        config=peft_model.peft_config["default"],
+        base_name=os.fspath(model),
+        base_folder=base_folder or _hub_files(base_ref),
+        adapter_ref=os.fspath(adapter),
+    )
+
+
+def _from_model(model: PreTrainedModel, adapter: str | os.PathLike, out: Path, overwrite: bool) -> _Source:
+    base_ref = getattr(model.config, "_name_or_path", None) or None
+    base_folder = _local_dir(base_ref)
+    check_output_folder(out, overwrite, base=base_folder, adapter=_local_dir(adapter))
+    config = load_lrs_config(adapter)
+    _check_builtin(model.config)
+    check_adapter_fits(config, model.config)
+    trainable = {name: p.requires_grad for name, p in model.named_parameters()}
+    peft_model = PeftModel.from_pretrained(model, os.fspath(adapter))
+
+    def restore() -> None:  # give the caller back the model as it was
+        peft_model.unload()
+        for name, p in model.named_parameters():
+            p.requires_grad_(trainable.get(name, p.requires_grad))
+
+    return _Source(
+        peft_model=peft_model,
+        adapter_name="default",
+        config=peft_model.peft_config["default"],
+        base_name=base_ref,
+        base_folder=base_folder or _hub_files(base_ref),
+        adapter_ref=os.fspath(adapter),
+        restore=restore,
+    )
+
+
+def _from_peft_model(model: PeftModel, adapter_name: str | None, out: Path, overwrite: bool) -> _Source:
+    name = adapter_name or model.active_adapter
+    config = model.peft_config.get(name)
+    if not isinstance(config, LrsConfig):
+        raise ExportError(
+            f"adapter {name!r} of this PeftModel is {type(config).__name__ if config else 'missing'}, not an LRS "
+            f"adapter; adapters: {sorted(model.peft_config)}"
+        )
+    base = model.get_base_model()
+    base_ref = getattr(base.config, "_name_or_path", None) or config.base_model_name_or_path
+    base_folder = _local_dir(base_ref)
+    check_output_folder(out, overwrite, base=base_folder)
+    _check_builtin(base.config)
+    previous = model.active_adapter
+    if name != previous:
+        model.set_adapter(name)
+
+    def restore() -> None:
+        if name != previous:
+            model.set_adapter(previous)
+
+    return _Source(
+        peft_model=model,
+        adapter_name=name,
+        config=config,
+        base_name=base_ref,
+        base_folder=base_folder or _hub_files(base_ref),
+        adapter_ref=None,
+        restore=restore,
+    )
+
+
+def _check_builtin(config: PreTrainedConfig) -> None:
+    if config.model_type.endswith("_lrs"):
+        raise ExportError(
+            f"the base model is already an exported LRS model (model_type {config.model_type!r}): export from "
+            f"its base model instead"
+        )
+    if getattr(config, "auto_map", None) or not type(config).__module__.startswith("transformers."):
+        raise ExportError(
+            f"the base model ({type(config).__name__}, model_type {config.model_type!r}) uses custom code; "
+            f"only transformers' built-in models can be exported"
+        )
+
+
+def _hub_files(ref: str | None) -> Path | None:
+    """The base model's small files (tokenizer, templates, licence) from the Hub cache, when ``ref`` is a repo id."""
+    if not ref or Path(ref).expanduser().exists():
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(ref, allow_patterns=list(COPIED_FILE_PATTERNS)))
+    except Exception as exc:  # noqa: BLE001 - the export still works; the user is told what is missing
+        logger.warning("cannot fetch the tokenizer files of %s (%s): the export will lack them", ref, exc)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+
+def _factors(source: _Source) -> list[float]:
+    """The active factors: the adapter config's numbers when they are what the float32 tensor holds."""
+    tensor = torch.tensor(get_factors(source.peft_model, source.adapter_name), dtype=torch.float32)
+    configured = source.config.factors
+    if isinstance(configured, list) and torch.equal(torch.tensor(configured, dtype=torch.float32), tensor):
+        return [float(f) for f in configured]
+    return tensor.tolist()
+
+
+def _native_rejection(config: PreTrainedConfig, rope_parameters: dict[str, Any] | None) -> str | None:
+    """Why the base config class refuses ``rope_parameters`` (Phi3 takes only longrope), or None."""
+    data = config.to_dict()
+    data["rope_parameters"] = rope_parameters
+    try:
+        type(config).from_dict(data)
+    except Exception as exc:  # noqa: BLE001 - any refusal means: not native
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        return lines[-1] if lines else type(exc).__name__
+    return None
+
+
+def _base_state_dict(base: PreTrainedModel, rotary_name: str) -> dict[str, torch.Tensor]:
+    """The base model's state dict without the adapter: no factor tensor, rotary keys unwrapped."""
+    wrapped = f"{rotary_name}.base_layer."
+    state = {}
+    for key, value in base.state_dict().items():
+        if key.startswith(f"{rotary_name}.lrs_factors"):
+            continue
+        state[rotary_name + "." + key.removeprefix(wrapped) if key.startswith(wrapped) else key] = value
+    return state
+
+
+def _write_config(folder: Path, plan: ExportPlan, rope_parameters: dict, factors: list[float], source: _Source) -> str:
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    base_type = config["model_type"]
+    if plan.format == NATIVE:
+        config["rope_parameters"] = plan.rope_parameters
+    else:
+        names = names_for_model(source.peft_model.get_base_model())
+        config.update(
+            model_type=names.model_type,
+            architectures=[names.model_class],
+            auto_map=names.auto_map,
+            rope_parameters=wrap_rope_parameters(copy.deepcopy(rope_parameters)),
+            lrs_factors=factors,
+            lrs_base_model_type=base_type,
+            lrs_provenance=source.config.provenance,
+        )
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    return config["model_type"]
+
+
+def _copy_base_files(base_folder: Path | None, folder: Path, tokenizer: Any) -> list[str]:
+    copied = []
+    if base_folder is not None:
+        for item in sorted(base_folder.iterdir()):
+            if item.is_file() and any(fnmatch.fnmatch(item.name, p) for p in COPIED_FILE_PATTERNS):
+                shutil.copyfile(item, folder / item.name)
+                copied.append(item.name)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    elif not any(name.startswith("tokenizer") for name in copied):
+        logger.warning("no tokenizer files found next to the base model: pass tokenizer= to include them")
+    return copied
+
+
+def _sidecar(source: _Source, plan: ExportPlan, rope_parameters: dict, factors: list[float]) -> dict[str, Any]:
+    config = source.config
+    return {
+        "format": plan.format,
+        "reason": plan.reason,
+        "rope_adapter_version": rope_adapter.__version__,
+        "base_model": source.base_name,
+        "base_model_type": config.base_model_type,
+        "adapter": source.adapter_ref,
+        "num_layers": config.num_layers,
+        "head_dim": config.head_dim,
+        "rotary_dim": config.rotary_dim,
+        "base_rope_parameters": rope_parameters,
+        "factors": factors,
+        "provenance": config.provenance,
+        "verification": None,
+    }
+
+
+# ------------------------------------------------------------------------------------------ verification
+
+_CHILD = r"""
+import json, sys, torch
+
+class BlockRopeAdapter:  # the folder must load without rope_adapter
+    def find_spec(self, name, path=None, target=None):
+        if name == "rope_adapter" or name.startswith("rope_adapter."):
+            raise ImportError("rope_adapter is blocked while checking an exported folder")
+        return None
+
+sys.meta_path.insert(0, BlockRopeAdapter())
+from transformers import AutoModelForCausalLM
+
+folder, work = sys.argv[1], sys.argv[2]
+spec = json.load(open(f"{work}/probe.json"))
+model = AutoModelForCausalLM.from_pretrained(
+    folder, trust_remote_code=spec["trust_remote_code"], dtype=getattr(torch, spec["dtype"]),
+    attn_implementation=spec["attn_implementation"],
+).to(spec["device"]).eval()
+ids = torch.load(f"{work}/input_ids.pt").to(spec["device"])
+with torch.no_grad():
+    logits = model(input_ids=ids).logits
+torch.save(logits.cpu(), f"{work}/logits.pt")
+json.dump({"class": type(model).__name__}, open(f"{work}/result.json", "w"))
+"""
+
+
+def probe_input_ids(vocab_size: int, length: int = 64, seed: int = PROBE_SEED) -> torch.Tensor:
+    """A fixed pseudo-random ``[1, length]`` token sequence for comparing logits."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (1, length), generator=generator)
+
+
+def verify_export(
+    folder: str | os.PathLike, model: PreTrainedModel | PeftModel, *, atol: float | None = None, probe_length: int = 64
+) -> float:
+    """Load ``folder`` in a fresh Python process (without rope_adapter) and compare its logits with ``model``'s.
+
+    ``model`` is the adapter model (a PeftModel with the LRS adapter active) the folder was exported from.
+    Returns the largest absolute difference; raises ExportVerificationError when it exceeds ``atol`` (default
+    1e-4 for float32 models, 1e-2 for half precision) or the folder does not load.
+    """
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text())
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    dtype = base.dtype
+    if atol is None:
+        atol = 1e-4 if dtype == torch.float32 else 1e-2
+    text = base.config.get_text_config()
+    length = min(probe_length, int(getattr(text, "max_position_embeddings", probe_length) or probe_length))
+    ids = probe_input_ids(text.vocab_size, length)
+    device = base.get_input_embeddings().weight.device
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            expected = model(input_ids=ids.to(device)).logits.float().cpu()
+    finally:
+        model.train(was_training)
+    with tempfile.TemporaryDirectory(prefix="rope-adapter-verify-") as work:
+        spec = {
+            "trust_remote_code": "auto_map" in config,
+            "dtype": str(dtype).removeprefix("torch."),
+            "attn_implementation": base.config._attn_implementation,
+            "device": str(device),
+        }
+        Path(work, "probe.json").write_text(json.dumps(spec))
+        torch.save(ids, Path(work, "input_ids.pt"))
+        env = {
+            **os.environ,
+            "HF_MODULES_CACHE": str(Path(work, "modules")),  # keep the user's module cache clean
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_VERBOSITY": "error",
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(folder), work], env=env, capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+            raise ExportVerificationError(f"the exported folder {folder} does not load in a fresh process:\n{tail}")
+        got = torch.load(Path(work, "logits.pt")).float()
+        loaded_class = json.loads(Path(work, "result.json").read_text())["class"]
+    if got.shape != expected.shape:
+        raise ExportVerificationError(
+            f"the exported folder gives logits of shape {list(got.shape)}, the adapter {list(expected.shape)}"
+        )
+    diff = float((got - expected).abs().max())
+    if not diff <= atol:
+        raise ExportVerificationError(
+            f"the exported folder, loaded as {loaded_class} in a fresh process, does not give the adapter's "
+            f"logits: largest difference {diff:.3g} > {atol:g} on a {length}-token probe. Nothing was written; "
+            f"please report this with the base model and adapter"
+        )
+    return diff
+
+
+# ------------------------------------------------------------------------------------------------ export
+
+
+def export_model(
+    model_or_path: str | os.PathLike | PreTrainedModel | PeftModel,
+    adapter: str | os.PathLike | None = None,
+    out: str | os.PathLike | None = None,
+    *,
+    overwrite: bool = False,
+    verify: bool = True,
+    dtype: torch.dtype | str | None = None,
+    tokenizer: Any = None,
+    max_shard_size: int | str | None = None,
+    atol: float | None = None,
+    probe_length: int = 64,
+) -> ExportResult:
+    """Write base model + LRS adapter as one standalone model folder ``out``.
+
+    Args:
+        model_or_path: the base model (Hub id, local folder, or the alias ``smollm2-135m-instruct``), a loaded
+            base ``PreTrainedModel`` (given back unchanged), or a ``PeftModel`` with an LRS adapter.
+        adapter: the adapter folder or Hub repo id; for a ``PeftModel`` the adapter name (default: the active one).
+        out: the folder to create. An existing non-empty folder is refused unless ``overwrite``; a folder inside
+            the base model's is always refused.
+        verify: reload the folder in a fresh process and compare logits with the adapter (raises
+            ExportVerificationError on mismatch; nothing is written then).
+        dtype: dtype to load a base model given by path (default: the checkpoint's).
+        tokenizer: a tokenizer to save into the folder, when the base model's folder has none to copy.
+        max_shard_size: passed to ``save_pretrained``.
+        atol, probe_length: verification tolerance and probe length (see :func:`verify_export`).
+
+    Uniform factors on a default/linear-RoPE model (or factors constant per layer type on a Gemma3-style model)
+    become native linear ``rope_parameters``; other factors a new model_type ``<base>_lrs`` whose code is
+    written beside the weights (``trust_remote_code=True``, or ``import rope_adapter.export``).
+    """
+    if out is None:
+        raise TypeError("export_model() needs out=, the folder to write")
+    out = Path(out).expanduser().absolute()
+    if isinstance(model_or_path, PeftModel):
+        source = _from_peft_model(model_or_path, None if adapter is None else str(adapter), out, overwrite)
+    elif adapter is None:
+        raise ExportError("give the LRS adapter to export (folder or Hub repo id)")
+    elif isinstance(model_or_path, PreTrainedModel):
+        source = _from_model(model_or_path, adapter, out, overwrite)
+    else:
+        source = _from_path(model_or_path, adapter, out, overwrite, dtype)
+    try:
+        return _export(source, out, overwrite, verify, tokenizer, max_shard_size, atol, probe_length)
+    finally:
+        source.restore()
+
+
+def _export(
+    source: _Source,
+    out: Path,
+    overwrite: bool,
+    verify: bool,
+    tokenizer: Any,
+    max_shard_size: int | str | None,
+    atol: float | None,
+    probe_length: int,
+) -> ExportResult:
+    base = source.peft_model.get_base_model()
+    site = find_rope_site(base)
+    factors = _factors(source)
+    rope_parameters = copy.deepcopy(dict(base.config.get_text_config().rope_parameters or {}))
+    plan = plan_export(rope_parameters, site.layer_types, factors)
+    if plan.format == NATIVE and (rejected := _native_rejection(base.config.get_text_config(), plan.rope_parameters)):
+        plan = ExportPlan(CUSTOM_CODE, None, f"{site.model_type} does not take linear RoPE scaling ({rejected})")
+    if plan.format == CUSTOM_CODE:
+        try:
+            names = names_for_model(base)
+        except CodegenError as exc:
+            raise ExportError(f"these factors need custom code ({plan.reason}), but {exc}") from exc
+        register_lrs_model_type(names.base_model_type)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        logger.info("writing %s (%s: %s)", out, plan.format, plan.reason)
+        save_kwargs: dict[str, Any] = {"state_dict": _base_state_dict(base, site.rotary_name)}
+        if max_shard_size is not None:
+            save_kwargs["max_shard_size"] = max_shard_size
+        if plan.format == CUSTOM_CODE:  # keep transformers' internal weight names: the new model_type has no
+            save_kwargs["save_original_format"] = False  # checkpoint conversion mapping to undo on load
+        base.save_pretrained(tmp, **save_kwargs)
+        model_type = _write_config(tmp, plan, rope_parameters, factors, source)
+        _copy_base_files(source.base_folder, tmp, tokenizer)
+        if plan.format == CUSTOM_CODE:
+            write_code(tmp, names, rope_adapter.__version__)
+        sidecar = _sidecar(source, plan, rope_parameters, factors)
+        diff = None
+        if verify:
+            diff = verify_export(tmp, source.peft_model, atol=atol, probe_length=probe_length)
+            sidecar["verification"] = {"max_abs_diff": diff, "probe_tokens": probe_length, "dtype": str(base.dtype)}
+        (tmp / SIDECAR_NAME).write_text(json.dumps(sidecar, indent=2) + "\n")
+        _publish(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return ExportResult(
+        path=out,
+        format=plan.format,
+        model_type=model_type,
+        factors=factors,
+        reason=plan.reason,
+        files=sorted(p.name for p in out.iterdir()),
+        max_abs_diff=diff,
+    )
+
+
+def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished folder into place (replacing an old one only with ``overwrite``)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:  # appeared while we were writing
+            raise ExportError(f"--out {out} was filled by someone else during the export; nothing was replaced")
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if out.is_dir():
+            out.rmdir()
+        os.replace(tmp, out)
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def read_exported_factors(folder: str | os.PathLike) -> dict[str, Any]:
+    """Factors, base model and provenance of a folder written by :func:`export_model` (for ``rope-adapter info``).
+
+    Reads only JSON files. Keys: kind ("exported-model"), path, format, model_type, base_model, base_model_type,
+    num_layers, head_dim, base_rope_parameters, factors, provenance, verification.
+    """
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot read {config_file}: {exc}") from exc
+    sidecar_file = folder / SIDECAR_NAME
+    sidecar: dict[str, Any] = {}
+    if sidecar_file.is_file():
+        try:
+            sidecar = json.loads(sidecar_file.read_text())
+        except ValueError as exc:
+            raise ExportError(f"{sidecar_file} is not valid JSON ({exc})") from exc
+    if "lrs_factors" in config:
+        factors = config["lrs_factors"]
+        if sidecar.get("factors") is not None and sidecar["factors"] != factors:
+            raise ExportError(
+                f"{config_file} and {SIDECAR_NAME} disagree on the factors: the folder was edited by hand "
+                f"(the model uses config.json's lrs_factors)"
+            )
+        fmt = CUSTOM_CODE
+        base_rope = unwrap_rope_parameters(config.get("rope_parameters"))
+        base_type = config.get("lrs_base_model_type")
+        provenance = config.get("lrs_provenance")
+    elif sidecar.get("factors") is not None:
+        factors = sidecar["factors"]
+        fmt = NATIVE
+        base_rope = sidecar.get("base_rope_parameters")
+        base_type = sidecar.get("base_model_type") or config.get("model_type")
+        provenance = sidecar.get("provenance")
+    else:
+        raise ExportError(
+            f"{folder} is not a folder written by `rope-adapter export`: config.json has no lrs_factors and there "
+            f"is no {SIDECAR_NAME}"
+        )
+    try:
+        factors = rope_adapter.validate_factors(factors, len(factors))
+    except (LrsError, TypeError) as exc:
+        raise ExportError(f"{folder}: bad factors: {exc}") from exc
+    head_dim = sidecar.get("head_dim") or config.get("head_dim")
+    if head_dim is None and config.get("num_attention_heads"):
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+    return {
+        "kind": "exported-model",
+        "path": str(folder),
+        "format": fmt,
+        "model_type": config.get("model_type"),
+        "base_model": sidecar.get("base_model"),
+        "base_model_type": base_type,
+        "num_layers": len(factors),
+        "head_dim": head_dim,
+        "base_rope_parameters": base_rope,
+        "factors": factors,
+        "provenance": provenance,
+        "verification": sidecar.get("verification"),
+    }

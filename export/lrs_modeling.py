@@ -1,0 +1,91 @@
+"""The model half of an exported LRS model: per-layer rotary for a transformers causal LM, in torch only.
+
+Everything below the marker line is copied verbatim into the ``modeling_<type>_lrs.py`` that
+``rope-adapter export`` writes beside the weights. It may use only ``torch`` and ``nn`` (imported by the
+generated file) and nothing from rope_adapter. It repeats the adapter's mechanism (rope_adapter/layer.py and
+rope_adapter/factors.py) operation for operation, so an exported model gives the adapter's logits exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+# ---8<--- copied into generated modeling files; nothing above this line is copied
+
+
+class LrsFactors(nn.Module):
+    """The per-layer factors as a float32 buffer. Not in the state dict: they come from ``config.lrs_factors``."""
+
+    def __init__(self, factors):
+        super().__init__()
+        self.register_buffer("factors", torch.tensor(factors, dtype=torch.float32), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        # follow device moves, but stay float32 when the model is cast (bfloat16 would turn 1.3 into 1.2969)
+        before = self.factors
+        super()._apply(fn, recurse)
+        if self.factors.dtype != torch.float32:
+            self.factors = before.to(device=self.factors.device)
+        return self
+
+
+class RotaryOutput(tuple):
+    """The model rotary's ``(cos, sin)``, tagged with what a decoder layer needs to compute its own pair."""
+
+
+def tag_rotary_output(rotary, args, kwargs, output):
+    """Forward hook of the model's rotary module: remember its inv_freq, attention scaling and positions."""
+    position_ids = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
+    layer_type = kwargs.get("layer_type", args[2] if len(args) > 2 else None)  # per-layer-type rotary (Gemma3)
+    prefix = f"{layer_type}_" if layer_type else ""
+    tagged = RotaryOutput(output)
+    tagged.inv_freq = getattr(rotary, f"{prefix}inv_freq")
+    tagged.attention_scaling = float(getattr(rotary, f"{prefix}attention_scaling", 1.0))
+    tagged.position_ids = position_ids
+    return tagged
+
+
+class LayerRotary:
+    """Forward pre-hook of decoder layer ``layer_idx``: replaces ``position_embeddings`` with its own pair."""
+
+    def __init__(self, layer_idx, factors):
+        self.layer_idx = layer_idx
+        self.factors = factors  # the model's LrsFactors module
+
+    def __call__(self, layer, args, kwargs):
+        base = kwargs.get("position_embeddings")
+        if not isinstance(base, RotaryOutput):
+            return None
+        position_ids = base.position_ids
+        inv_freq = base.inv_freq.to(device=position_ids.device, dtype=torch.float)
+        inv_freq = inv_freq / self.factors.factors[self.layer_idx].to(inv_freq.device)
+        freqs = position_ids[..., None].float() * inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos = emb.cos() * base.attention_scaling
+        sin = emb.sin() * base.attention_scaling
+        kwargs["position_embeddings"] = (cos.to(dtype=base[0].dtype), sin.to(dtype=base[0].dtype))
+        return args, kwargs
+
+
+class LrsForCausalLMMixin:
+    """Layer-specific RoPE scaling on a transformers causal LM: layer l rotates with ``inv_freq / factors[l]``."""
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        backbone = self.base_model
+        factors = config.lrs_factors
+        if factors is None or len(factors) != len(backbone.layers):
+            raise ValueError(
+                f"config.lrs_factors must hold one factor per decoder layer ({len(backbone.layers)}), found {factors!r}"
+            )
+        self.lrs = LrsFactors(factors)
+        backbone.rotary_emb.register_forward_hook(tag_rotary_output, with_kwargs=True)
+        for idx, layer in enumerate(backbone.layers):
+            layer.register_forward_pre_hook(LayerRotary(idx, self.lrs), with_kwargs=True)
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, LrsFactors):  # from_pretrained builds the model on "meta" first
+            with torch.no_grad():
+                module.factors.copy_(torch.tensor(self.config.lrs_factors, dtype=torch.float32))
