@@ -34,9 +34,7 @@ def tiny_config(arch: str = "llama", num_layers: int = 4, **overrides):
         kw.pop("head_dim")
         kw["partial_rotary_factor"] = 0.5
     if arch == "gemma3_text":
-        kw["layer_types"] = [
-            "full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(num_layers)
-        ]
+        kw["layer_types"] = ["full_attention" if (i + 1) % 2 == 0 else "sliding_attention" for i in range(num_layers)]
         kw["sliding_window"] = 64
     if arch == "gemma2":
         kw["sliding_window"] = 64
