@@ -30,6 +30,7 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MODEL_CONFIG = "config.json"
 SEARCH_REPORT = "search_report.json"
 RESULTS = "results.json"
+EXPORT_SIDECAR = "lrs_export.json"  # written by the exporter: factors, base model, provenance, verification
 
 # Licenses of base models we publish for, when the base is named by Hub id and no local copy says otherwise.
 KNOWN_LICENSES = {
@@ -73,6 +74,8 @@ class FolderInfo:
     files: list[str] = field(default_factory=list)
     custom_code: bool = False  # exported model that needs trust_remote_code
     code_files: list[str] = field(default_factory=list)
+    verification: dict[str, Any] | None = None  # exported model: the exporter's check against the adapter
+    factors_source: tuple[str, str] = (ADAPTER_CONFIG, "factors")  # file and key the factors are read from
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -83,6 +86,17 @@ def _read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CardError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
+
+
+def _unwrap_rope(rope: Any) -> Any:
+    """The base ``rope_parameters`` inside the exporter's ``{"rope_type": "lrs", "base": ...}`` wrapping."""
+    if not isinstance(rope, dict):
+        return rope
+    if rope.get("rope_type") == "lrs" and isinstance(rope.get("base"), dict):
+        return rope["base"]
+    if rope and all(isinstance(v, dict) for v in rope.values()):  # one per layer type (Gemma3 style)
+        return {name: _unwrap_rope(value) for name, value in rope.items()}
+    return rope
 
 
 def detect_kind(folder: str | Path) -> Literal["adapter", "model"]:
@@ -99,10 +113,10 @@ def detect_kind(folder: str | Path) -> Literal["adapter", "model"]:
             )
         return "adapter"
     if (folder / MODEL_CONFIG).is_file():
-        if "lrs_factors" not in _read_json(folder / MODEL_CONFIG):
+        if "lrs_factors" not in _read_json(folder / MODEL_CONFIG) and not (folder / EXPORT_SIDECAR).is_file():
             raise CardError(
-                f"{folder / MODEL_CONFIG} has no 'lrs_factors': not a model exported by rope-adapter "
-                "(export it with `rope-adapter export` first)"
+                f"{folder / MODEL_CONFIG} has no 'lrs_factors' and there is no {EXPORT_SIDECAR}: not a model "
+                "exported by rope-adapter (export it with `rope-adapter export` first)"
             )
         return "model"
     raise CardError(f"{folder} holds neither {ADAPTER_CONFIG} (an LRS adapter) nor {MODEL_CONFIG} (an exported model)")
@@ -192,12 +206,28 @@ def read_folder(folder: str | Path) -> FolderInfo:
         )
     else:
         config = _read_json(folder / MODEL_CONFIG)
+        sidecar = _read_json(folder / EXPORT_SIDECAR) if (folder / EXPORT_SIDECAR).is_file() else {}
         where = str(folder / MODEL_CONFIG)
-        num_layers = config.get("num_hidden_layers") or len(config["lrs_factors"] or [])
-        factors = _check_factors(config["lrs_factors"], num_layers, where)
-        base_type = config.get("lrs_base_model_type")
+        text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+        num_layers = config.get("num_hidden_layers") or text_config.get("num_hidden_layers")
+        if "lrs_factors" in config:
+            factors = _check_factors(config["lrs_factors"], num_layers, where)
+            if (
+                sidecar.get("factors") is not None
+                and _check_factors(sidecar["factors"], None, str(folder / EXPORT_SIDECAR)) != factors
+            ):
+                raise CardError(
+                    f"{where} and {EXPORT_SIDECAR} disagree on the factors: the folder was edited by hand; export "
+                    "it again (the model uses config.json's lrs_factors)"
+                )
+        else:
+            factors = _check_factors(sidecar.get("factors"), num_layers, str(folder / EXPORT_SIDECAR))
+        num_layers = num_layers or len(factors)
         model_type = config.get("model_type")
         custom_code = "auto_map" in config
+        base_type = config.get("lrs_base_model_type") or sidecar.get("base_model_type")
+        if not custom_code:
+            base_type = base_type or model_type
         if custom_code and model_type == base_type:
             raise CardError(
                 f"{where}: model_type {model_type!r} next to an auto_map makes transformers load its built-in "
@@ -209,20 +239,28 @@ def read_folder(folder: str | Path) -> FolderInfo:
                 f"{where}: model_type {model_type!r} has no auto_map to its code, so transformers cannot load it; "
                 "re-export the model"
             )
-        text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+        base_rope = sidecar.get("base_rope_parameters") or config.get("lrs_base_rope_parameters")
+        if base_rope is None and custom_code:
+            base_rope = _unwrap_rope(config.get("rope_parameters"))
         info = FolderInfo(
             kind=kind,
             folder=folder,
             factors=factors,
             num_layers=num_layers,
             config=config,
-            base_model=config.get("lrs_base_model_name_or_path") or config.get("_name_or_path") or None,
+            base_model=sidecar.get("base_model")
+            or config.get("lrs_base_model_name_or_path")
+            or config.get("_name_or_path")
+            or None,
             base_model_type=base_type,
-            base_rope_parameters=config.get("lrs_base_rope_parameters"),
-            head_dim=config.get("head_dim") or text_config.get("head_dim"),
-            provenance=config.get("lrs_provenance"),
+            base_rope_parameters=base_rope,
+            head_dim=sidecar.get("head_dim") or config.get("head_dim") or text_config.get("head_dim"),
+            rotary_dim=sidecar.get("rotary_dim"),
+            provenance=config.get("lrs_provenance") or sidecar.get("provenance"),
             custom_code=custom_code,
             code_files=[f for f in files if f.endswith(".py")],
+            verification=sidecar.get("verification") if isinstance(sidecar.get("verification"), dict) else None,
+            factors_source=(MODEL_CONFIG, "lrs_factors") if "lrs_factors" in config else (EXPORT_SIDECAR, "factors"),
         )
     info.files = files
     if (folder / SEARCH_REPORT).is_file():
@@ -493,6 +531,9 @@ def build_card(folder: str | Path, *, repo_id: str | None = None) -> ModelCard:
         if provenance and isinstance(provenance.get("scores"), dict)
         else {},
         "license": card_data.license,
+        "factors_file": info.factors_source[0],
+        "factors_key": info.factors_source[1],
+        "verification": {k: v for k, v in (info.verification or {}).items() if isinstance(v, scalar)},
         "custom_code": info.custom_code,
         "code_files": info.code_files,
         "files": [f for f in info.files if f != "README.md"],

@@ -92,29 +92,53 @@ def make_adapter(
     return folder
 
 
-def make_export(folder: Path, *, custom_code: bool = True, model_type: str | None = None) -> Path:
-    """An exported model folder: config.json with lrs_factors (weights are not read by the card)."""
+def make_export(
+    folder: Path, *, custom_code: bool = True, model_type: str | None = None, factors_in_config: bool = False
+) -> Path:
+    """An exported model folder laid out like export/bake.py writes it: config.json, lrs_export.json (factors,
+    base model, provenance, verification), weights; custom code gets model_type llama_lrs, auto_map and the
+    factors in config.json, native gets linear rope_parameters. The card reads no weights."""
     folder.mkdir(parents=True, exist_ok=True)
+    base_rope = {"rope_type": "default", "rope_theta": 100.0}
+    factors = FACTORS if custom_code else [1.5] * len(FACTORS)
     config = {
         "model_type": model_type or ("llama_lrs" if custom_code else "llama"),
         "architectures": ["LlamaLrsForCausalLM" if custom_code else "LlamaForCausalLM"],
         "num_hidden_layers": len(FACTORS),
         "head_dim": 16,
-        "lrs_factors": FACTORS if custom_code else [1.5] * len(FACTORS),
-        "lrs_base_model_type": "llama",
-        "lrs_base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "rope_parameters": {"rope_type": "default" if custom_code else "linear", "rope_theta": 100.0},
     }
-    if not custom_code:
-        config["rope_parameters"]["factor"] = 1.5
     if custom_code:
-        config["auto_map"] = {
-            "AutoConfig": "configuration_llama_lrs.LlamaLrsConfig",
-            "AutoModelForCausalLM": "modeling_llama_lrs.LlamaLrsForCausalLM",
-        }
+        config.update(
+            auto_map={
+                "AutoConfig": "configuration_llama_lrs.LlamaLrsConfig",
+                "AutoModelForCausalLM": "modeling_llama_lrs.LlamaLrsForCausalLM",
+            },
+            rope_parameters={"rope_type": "lrs", "base": base_rope},
+            lrs_factors=factors,
+            lrs_base_model_type="llama",
+            lrs_provenance=None,
+        )
         (folder / "configuration_llama_lrs.py").write_text("# config code\n")
         (folder / "modeling_llama_lrs.py").write_text("# model code\n")
+    else:
+        config["rope_parameters"] = {"rope_type": "linear", "rope_theta": 100.0, "factor": 1.5}
+        if factors_in_config:  # the layout of an older exporter: factors in config.json even when native
+            config.update(lrs_factors=factors, lrs_base_model_type="llama")
+    sidecar = {
+        "format": "custom-code" if custom_code else "native",
+        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "base_model_type": "llama",
+        "num_layers": len(factors),
+        "head_dim": 16,
+        "rotary_dim": 16,
+        "base_rope_parameters": base_rope,
+        "factors": factors,
+        "provenance": None,
+        "verification": {"max_abs_diff": 0.0, "probe_tokens": 64, "dtype": "torch.float32"},
+    }
     (folder / "config.json").write_text(json.dumps(config, indent=2))
+    if not factors_in_config:
+        (folder / "lrs_export.json").write_text(json.dumps(sidecar, indent=2))
     write_safetensors(folder / "model.safetensors", {"lm_head.weight": [0.0] * 8})
     return folder
 
@@ -432,13 +456,27 @@ def test_card_of_custom_code_export(tmp_path):
     assert 'AutoModelForCausalLM.from_pretrained("org/llama-lrs-merged", trust_remote_code=True)' in text
     assert "`modeling_llama_lrs.py`" in text
     assert list(factor_table(text).values()) == pytest.approx(FACTORS)
+    assert '`{"rope_theta": 100.0, "rope_type": "default"}`' in text  # the base RoPE, unwrapped
+    assert "max abs diff `0.0`" in text
 
 
-def test_card_of_native_export(tmp_path):
-    text = str(build_card(make_export(tmp_path / "native", custom_code=False), repo_id="org/llama-linear"))
+@pytest.mark.parametrize("factors_in_config", [False, True])
+def test_card_of_native_export(tmp_path, factors_in_config):
+    folder = make_export(tmp_path / "native", custom_code=False, factors_in_config=factors_in_config)
+    text = str(build_card(folder, repo_id="org/llama-linear"))
     assert 'AutoModelForCausalLM.from_pretrained("org/llama-linear")\n' in text
     assert "trust_remote_code" not in text
     assert "equals native linear RoPE scaling with factor 1.5000" in text
+    assert list(factor_table(text).values()) == [1.5] * len(FACTORS)
+
+
+def test_card_refuses_export_whose_files_disagree(tmp_path):
+    folder = make_export(tmp_path / "edited")
+    sidecar = json.loads((folder / "lrs_export.json").read_text())
+    sidecar["factors"][0] = 9.0
+    (folder / "lrs_export.json").write_text(json.dumps(sidecar))
+    with pytest.raises(CardError, match="disagree on the factors"):
+        build_card(folder)
 
 
 def test_card_refuses_export_that_would_load_without_factors(tmp_path):
