@@ -1,0 +1,37 @@
+"""`rope-adapter push FOLDER --repo org/name`: publish an adapter or exported model with its model card."""
+
+from __future__ import annotations
+
+import argparse
+
+from rope_adapter.cli import CliError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "push",
+        help="publish an adapter or exported model folder to the Hugging Face Hub with a model card",
+        description="Upload an LRS adapter folder (save_pretrained / `rope-adapter search` output) or a folder "
+        "written by `rope-adapter export` to a Hub repo, in one commit, with a README.md model card generated "
+        "from the folder's files. The token comes from huggingface_hub's usual sources (HF_TOKEN, "
+        "`hf auth login`); it is never printed. HF_ENDPOINT selects another Hub endpoint.",
+    )
+    p.add_argument("folder", metavar="ADAPTER_OR_EXPORT_DIR", help="adapter folder or exported model folder")
+    p.add_argument("--repo", required=True, metavar="ORG/NAME", help="target repo id (created if missing)")
+    p.add_argument("--private", action="store_true", help="create the repo as private (existing repos keep theirs)")
+    p.add_argument("--revision", metavar="BRANCH", help="push to this branch (created from main if missing)")
+    p.add_argument("--message", metavar="TEXT", help="commit message (default: says what is uploaded)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rope_adapter.export.hub import HubPublishError, push_folder
+
+    try:
+        url = push_folder(
+            args.folder, args.repo, private=args.private, revision=args.revision, commit_message=args.message
+        )
+    except HubPublishError as exc:
+        raise CliError(str(exc)) from None
+    print(f"pushed {args.folder} to {args.repo}: {url}")
+    return 0
