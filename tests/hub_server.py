@@ -984,7 +984,7 @@ class HubTestServer:
         hf_home: str | os.PathLike[str],
         token: str | None = None,
         *,
-        timeout: float = 300,
+        timeout: float | None = None,
         check: bool = True,
         cwd: str | os.PathLike[str] | None = None,
     ) -> subprocess.CompletedProcess[str]:

@@ -278,7 +278,7 @@ def test_client_configured_by_environment_alone_in_a_fresh_process(tmp_path):
             "api.upload_file(path_or_fileobj=b'x' * 100, path_in_repo='a.bin', repo_id='org/env-only')\n"
             "print(open(hf_hub_download('org/env-only', 'a.bin'), 'rb').read() == b'x' * 100)\n"
         )
-        result = server.run_client(code, hf_home=tmp_path / "hf_home", token=server.token, timeout=120)
+        result = server.run_client(code, hf_home=tmp_path / "hf_home", token=server.token)
         assert result.stdout.strip().endswith("True"), result.stdout
         assert server.files("org/env-only")["a.bin"] == b"x" * 100
         assert not server.errors
@@ -530,7 +530,7 @@ def test_from_pretrained_in_a_fresh_process(hub, tmp_path):
         "model = AutoModelForCausalLM.from_pretrained('org/tiny-llama')\n"
         "print(config.model_type, config.num_hidden_layers, sum(float(p.detach().double().sum()) for p in model.parameters()))\n"
     )
-    result = hub.run_client(code, hf_home=tmp_path / "fresh_home", timeout=300)
+    result = hub.run_client(code, hf_home=tmp_path / "fresh_home")
     model_type, layers, checksum = result.stdout.split()[-3:]
     assert (model_type, layers) == ("llama", "2")
 
