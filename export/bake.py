@@ -417,7 +417,11 @@ def verify_export(
             "TRANSFORMERS_VERBOSITY": "error",
         }
         proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(folder), work], env=env, capture_output=True, text=True
+            [sys.executable, "-c", _CHILD, str(folder), work],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
@@ -552,7 +556,9 @@ def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
     """Rename the finished folder into place (replacing an old one only with ``overwrite``)."""
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private, and so are some files written through temporaries
+    for item in tmp.iterdir():
+        os.chmod(item, 0o666 & ~umask)
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:  # appeared while we were writing
             raise ExportError(f"--out {out} was filled by someone else during the export; nothing was replaced")
