@@ -32,13 +32,13 @@ def _adapter_file(path_or_repo: str | os.PathLike, filename: str, **hub_kwargs: 
     text = str(path_or_repo)
     if path.is_absolute() or text.startswith(".") or text.count("/") > 1 or "\\" in text:
         raise AdapterFileError(f"{text}: no such adapter folder (and not a Hub repo id of the form org/name)")
-    from huggingface_hub import hf_hub_download  # a repo id, resolved like PEFT does
+    from transformers.utils import cached_file  # a repo id, resolved like transformers and PEFT do
 
     try:
-        return Path(hf_hub_download(str(path_or_repo), filename, **hub_kwargs))
-    except Exception as exc:  # noqa: BLE001 - one clear line for any hub failure
+        return Path(cached_file(text, filename, **hub_kwargs))
+    except Exception as exc:  # noqa: BLE001 - one clear line for any download failure
         raise AdapterFileError(
-            f"cannot read {filename} of {path_or_repo!s}: not a local folder, and the Hub said: "
+            f"cannot read {filename} of {text}: not a local folder, and fetching it failed: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         ) from exc
 
