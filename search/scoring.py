@@ -1,0 +1,596 @@
+"""Scoring any transformers causal LM on task samples: teacher-forced gold log-probs and greedy accuracy.
+
+Built for a search that scores the same samples hundreds of times with different RoPE factors:
+
+- :func:`prepare` tokenises once (a :class:`TokenizedTask`, built once per study); a trial only runs forward
+  passes.
+- Shared prefix: samples of one record with the same ``prefix`` (all gold positions of a KV-retrieval record)
+  form a :class:`PrefixGroup`. The group's common tokens run through the model ONCE; the resulting KV cache
+  (a ``DynamicCache``) is gathered along the batch dimension, one copy per member, and the members' remaining
+  tokens (query + target) run against it in one batch.
+- Batching: several groups (record sets) go through the prefix pass together, left-padded, with explicit
+  ``position_ids`` so padding never shifts RoPE positions. Continuations are right-padded, so padding sits after
+  every real token and cannot be attended to.
+
+Token boundaries: the shared tokens of a group are the longest common prefix of its members' tokenised full
+strings (``prefix + query + target``), capped where the first target starts. Each continuation is the rest of
+that same tokenisation, so the shared-prefix computation sees exactly the tokens of the plain full-sequence
+computation, whatever the tokenizer merges across the prefix/query boundary. The target starts after the
+longest common prefix of the tokenised prompt (``prefix + query``) and the tokenised full string; that is the
+prompt's own tokenisation unless the tokenizer merges the prompt's last characters with the target's first
+ones, in which case the merged token counts as the first target token (``TokenizedTask.exact_boundary`` is
+False for that sample and a warning is given). A target starting at token 0 (no BOS, empty prompt, as for
+perplexity) is scored from its second token.
+
+Sliding-window models: generation groups its items by continuation length, since padding between a query and
+generated tokens would shorten a sliding window measured in cache slots.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .tasks.base import Sample, apply_chat_template
+
+Judge = Callable[[str, Sample], bool]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# prepared inputs
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefixGroup:
+    """Samples whose first ``shared`` tokens are identical and computed once."""
+
+    members: tuple[int, ...]
+    shared: int
+
+
+@dataclass
+class TokenizedTask:
+    """Samples tokenised once, grouped by shared prefix; reused by every trial of a study."""
+
+    samples: list[Sample]
+    full_ids: list[list[int]] = field(repr=False)  # prompt + target tokens
+    prompt_ids: list[list[int]] = field(repr=False)  # prompt tokens (what generation starts from)
+    target_start: list[int] = field(repr=False)  # index in full_ids of the first scored target token
+    exact_boundary: list[bool] = field(repr=False)
+    logprob_groups: list[PrefixGroup] = field(repr=False)
+    generate_groups: list[PrefixGroup] | None = field(repr=False)
+    pad_token_id: int = 0
+    eos_token_ids: tuple[int, ...] = ()
+    max_new_tokens: int = 16
+    tokenizer: Any = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Gold position of each sample."""
+        return np.array([s.position for s in self.samples])
+
+    def target_ids(self, index: int) -> list[int]:
+        """Scored target tokens of sample ``index``."""
+        return self.full_ids[index][self.target_start[index] :]
+
+    def token_counts(self) -> dict[str, int]:
+        """Tokens a logprob trial runs with and without the shared prefix (for reports)."""
+        plain = sum(len(ids) for ids in self.full_ids)
+        shared = sum(g.shared + sum(len(self.full_ids[i]) - g.shared for i in g.members) for g in self.logprob_groups)
+        return {"separate": plain, "shared_prefix": shared}
+
+
+def _encode(tokenizer: Any, text: str, add_special_tokens: bool) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+
+def _common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    first = seqs[0]
+    n = min(len(s) for s in seqs)
+    for j in range(n):
+        token = first[j]
+        if any(s[j] != token for s in seqs[1:]):
+            return j
+    return n
+
+
+def _groups(samples: Sequence[Sample]) -> list[list[int]]:
+    keyed: dict[tuple[str, str, bool], list[int]] = {}
+    for i, s in enumerate(samples):
+        keyed.setdefault((s.record_id, s.prefix, s.chat), []).append(i)
+    return list(keyed.values())
+
+
+def prepare(
+    samples: Sequence[Sample],
+    tokenizer: Any,
+    *,
+    chat_template: bool = False,
+    system_prompt: str | None = None,
+    max_new_tokens: int | None = None,
+    generation_slack: int = 8,
+) -> TokenizedTask:
+    """Tokenise samples once and find the shared prefixes.
+
+    Args:
+        samples: from a task's ``build_samples``.
+        tokenizer: the model's tokenizer.
+        chat_template: wrap prompts in the tokenizer's chat template first (see ``tasks.apply_chat_template``).
+        system_prompt: optional system message for the chat template.
+        max_new_tokens: greedy generation length; default: longest target in tokens + ``generation_slack``.
+        generation_slack: extra tokens beyond the longest target (a task's ``generation_slack``).
+    """
+    samples = list(samples)
+    if not samples:
+        raise ValueError("no samples to prepare")
+    if chat_template:
+        samples = apply_chat_template(samples, tokenizer, system_prompt)
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+    eos = tokenizer.eos_token_id
+    eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (int(eos),))
+
+    full_ids, prompt_ids, starts, exact = [], [], [], []
+    for s in samples:
+        add = not s.chat
+        prompt = _encode(tokenizer, s.prompt, add)
+        full = _encode(tokenizer, s.prompt + s.target, add)
+        start = _common_prefix_len([prompt, full])
+        exact.append(start == len(prompt))
+        start = max(start, 1)
+        if start >= len(full):
+            raise ValueError(f"the target {s.target!r} of sample {s.record_id!r} adds no token after the prompt")
+        full_ids.append(full)
+        prompt_ids.append(prompt)
+        starts.append(start)
+    if not all(exact):
+        warnings.warn(
+            f"{exact.count(False)} of {len(samples)} targets merge with the end of their prompt when tokenised; "
+            "their first scored token includes prompt characters",
+            stacklevel=2,
+        )
+
+    logprob_groups: list[PrefixGroup] = []
+    generate_groups: list[PrefixGroup] | None = []
+    can_generate = all(len(p) >= 2 for p in prompt_ids)
+    for members in _groups(samples):
+        shared = min(_common_prefix_len([full_ids[i] for i in members]), min(starts[i] for i in members))
+        if shared >= 1:
+            logprob_groups.append(PrefixGroup(tuple(members), shared))
+        else:  # nothing in common: each sample on its own, everything before its target shared with itself
+            logprob_groups.extend(PrefixGroup((i,), starts[i]) for i in members)
+        if can_generate:
+            prompts = [prompt_ids[i] for i in members]
+            shared = min(_common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
+            if shared >= 1:
+                generate_groups.append(PrefixGroup(tuple(members), shared))
+            else:
+                generate_groups.extend(PrefixGroup((i,), len(prompt_ids[i]) - 1) for i in members)
+    if not can_generate:
+        generate_groups = None
+
+    if max_new_tokens is None:
+        max_new_tokens = max(len(f) - st for f, st in zip(full_ids, starts, strict=True)) + generation_slack
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    return TokenizedTask(
+        samples=samples,
+        full_ids=full_ids,
+        prompt_ids=prompt_ids,
+        target_start=starts,
+        exact_boundary=exact,
+        logprob_groups=logprob_groups,
+        generate_groups=generate_groups,
+        pad_token_id=int(pad),
+        eos_token_ids=eos_ids,
+        max_new_tokens=int(max_new_tokens),
+        tokenizer=tokenizer,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# forward-pass machinery
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _cache_of(output: Any) -> Any:
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def _select_cache(cache: Any, index: torch.Tensor) -> Any:
+    """A new cache holding rows ``index`` of ``cache`` (which stays untouched)."""
+    new = copy.copy(cache)
+    new.layers = []
+    for layer in cache.layers:
+        layer_copy = copy.copy(layer)
+        layer_copy.batch_select_indices(index)
+        new.layers.append(layer_copy)
+    return new
+
+
+def _has_sliding_layers(cache: Any) -> bool:
+    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
+
+
+@dataclass
+class _PrefixState:
+    cache: Any
+    mask: torch.Tensor  # [G, P] long, left padding
+    lengths: torch.Tensor  # [G] long, real tokens per row
+    last_logprobs: torch.Tensor  # [G, V] float32 log-softmax of the last prefix position
+
+
+def _prefix_pass(model: torch.nn.Module, seqs: Sequence[Sequence[int]], pad_id: int) -> _PrefixState:
+    device = _device(model)
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
+        mask[row, width - len(seq) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
+    return _PrefixState(
+        cache=_cache_of(out),
+        mask=mask,
+        lengths=mask.sum(-1),
+        last_logprobs=out.logits[:, -1, :].float().log_softmax(-1),
+    )
+
+
+def _continuation_inputs(
+    state: _PrefixState, rows: Sequence[int], conts: Sequence[Sequence[int]], pad_id: int
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Cache rows, right-padded continuation ids, the full attention mask and position ids."""
+    device = state.mask.device
+    index = torch.tensor(rows, dtype=torch.long, device=device)
+    width = max(len(c) for c in conts)
+    ids = torch.full((len(conts), width), pad_id, dtype=torch.long)
+    cmask = torch.zeros((len(conts), width), dtype=torch.long)
+    for r, cont in enumerate(conts):
+        ids[r, : len(cont)] = torch.tensor(cont, dtype=torch.long)
+        cmask[r, : len(cont)] = 1
+    ids, cmask = ids.to(device), cmask.to(device)
+    mask = torch.cat([state.mask.index_select(0, index), cmask], dim=1)
+    position_ids = state.lengths.index_select(0, index)[:, None] + torch.arange(width, device=device)[None, :]
+    return _select_cache(state.cache, index), ids, mask, position_ids
+
+
+def _chunks(items: list, sizes: Sequence[int], max_tokens: int) -> list[list]:
+    """Split items (with their token counts) into chunks whose padded size stays within ``max_tokens``."""
+    chunks: list[list] = []
+    current: list = []
+    longest = 0
+    for item, size in zip(items, sizes, strict=True):
+        if current and max(longest, size) * (len(current) + 1) > max_tokens:
+            chunks.append(current)
+            current, longest = [], 0
+        current.append(item)
+        longest = max(longest, size)
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _group_batches(groups: Sequence[PrefixGroup], batch_size: int) -> list[list[PrefixGroup]]:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return [list(groups[i : i + batch_size]) for i in range(0, len(groups), batch_size)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# teacher-forced gold log-probabilities
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenLogprobs:
+    """Per-sample log-probabilities of each target token (natural log)."""
+
+    samples: list[Sample]
+    values: list[np.ndarray]
+
+    def mean(self, k: int | None = None) -> np.ndarray:
+        """Per-sample mean log-prob of the first ``k`` target tokens (all tokens when ``k`` is None)."""
+        if k is not None and k < 1:
+            raise ValueError(f"k must be >= 1 or None, got {k}")
+        return np.array([float(v[:k].mean()) for v in self.values])
+
+    def by_position(self, k: int | None = None) -> dict[int, float]:
+        """Mean of :meth:`mean` over the samples at each gold position."""
+        return mean_by_position(self.samples, self.mean(k))
+
+
+def mean_by_position(samples: Sequence[Sample], scores: Sequence[float] | np.ndarray) -> dict[int, float]:
+    """``{position: mean score}`` in increasing position order."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(scores) != len(samples):
+        raise ValueError(f"{len(scores)} scores for {len(samples)} samples")
+    positions = np.array([s.position for s in samples])
+    return {int(p): float(scores[positions == p].mean()) for p in np.unique(positions)}
+
+
+@torch.inference_mode()
+def token_logprobs(
+    model: torch.nn.Module,
+    task: TokenizedTask,
+    *,
+    shared_prefix: bool = True,
+    batch_size: int = 4,
+    max_batch_tokens: int = 4096,
+    progress: bool = False,
+) -> TokenLogprobs:
+    """Teacher-forced log-probability of every target token.
+
+    Args:
+        model: any transformers causal LM (or a PEFT wrapper of one), in eval mode.
+        task: from :func:`prepare`.
+        shared_prefix: run each group's shared prefix once (default); False runs every sample's full sequence
+            on its own (the plain reference computation).
+        batch_size: prefix groups (record sets) per prefix forward pass.
+        max_batch_tokens: bound on (continuations in a forward) x (longest continuation).
+        progress: show a tqdm bar over prefix batches.
+    """
+    if not shared_prefix:
+        return _token_logprobs_separate(model, task, progress)
+    values: list[np.ndarray | None] = [None] * len(task)
+    batches = _group_batches(task.logprob_groups, batch_size)
+    for batch in tqdm(batches, desc="gold log-prob", disable=not progress):
+        state = _prefix_pass(model, [task.full_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
+        items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
+        sizes = [len(task.full_ids[i]) - shared for _, i, shared in items]
+        for chunk in _chunks(items, sizes, max_batch_tokens):
+            _score_chunk(model, task, state, chunk, values)
+    if any(v is None for v in values):
+        raise RuntimeError("internal error: a sample was not scored")
+    return TokenLogprobs(task.samples, list(values))
+
+
+def _score_chunk(
+    model: torch.nn.Module,
+    task: TokenizedTask,
+    state: _PrefixState,
+    chunk: Sequence[tuple[int, int, int]],
+    values: list[np.ndarray | None],
+) -> None:
+    conts = [task.full_ids[i][shared:] for _, i, shared in chunk]
+    offsets = [task.target_start[i] - shared for _, i, shared in chunk]  # first target index in the continuation
+    # logits at continuation index j predict token j + 1; index 0's token comes from the prefix pass
+    lo = min(max(o - 1, 0) for o in offsets)
+    hi = max(len(c) - 2 for c in conts)
+    logprobs = None
+    if hi >= lo:
+        cache, ids, mask, position_ids = _continuation_inputs(
+            state, [row for row, _, _ in chunk], conts, task.pad_token_id
+        )
+        keep = torch.arange(lo, hi + 1, device=ids.device)
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=keep,
+        )
+        logprobs = out.logits.float().log_softmax(-1)
+    for r, ((row, i, _), cont, offset) in enumerate(zip(chunk, conts, offsets, strict=True)):
+        scores = []
+        if offset == 0:
+            scores.append(state.last_logprobs[row, cont[0]])
+        first = max(offset, 1)
+        if first < len(cont):
+            assert logprobs is not None
+            targets = torch.tensor(cont[first:], device=logprobs.device)
+            rows = torch.arange(first - 1 - lo, len(cont) - 1 - lo, device=logprobs.device)
+            scores.extend(logprobs[r, rows, targets].unbind())
+        values[i] = torch.stack(scores).double().cpu().numpy()
+
+
+def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progress: bool) -> TokenLogprobs:
+    device = _device(model)
+    values = []
+    for i in tqdm(range(len(task)), desc="gold log-prob (separate)", disable=not progress):
+        ids = torch.tensor([task.full_ids[i]], device=device)
+        start = task.target_start[i]
+        keep = ids.shape[1] - start + 1  # logits at start-1 .. end-1; the last one is dropped
+        logits = model(input_ids=ids, use_cache=False, logits_to_keep=keep).logits[0, :-1].float()
+        logprobs = logits.log_softmax(-1)
+        targets = ids[0, start:]
+        values.append(logprobs[torch.arange(len(targets), device=device), targets].double().cpu().numpy())
+    return TokenLogprobs(task.samples, values)
+
+
+def gold_logprob(
+    model: torch.nn.Module,
+    task: TokenizedTask,
+    k: int | None = None,
+    **kwargs: Any,
+) -> np.ndarray:
+    """Per-sample mean log-prob of the first ``k`` target tokens (all when None); kwargs go to :func:`token_logprobs`."""
+    return token_logprobs(model, task, **kwargs).mean(k)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# greedy generation and the benchmark rules
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GreedyResult:
+    """Greedy answers and their judgement by the task's rule."""
+
+    samples: list[Sample]
+    predictions: list[str]
+    correct: np.ndarray  # bool, one per sample
+
+    def accuracy(self) -> float:
+        """Fraction of correct answers."""
+        return float(self.correct.mean())
+
+    def by_position(self) -> dict[int, float]:
+        """Accuracy at each gold position."""
+        return mean_by_position(self.samples, self.correct.astype(np.float64))
+
+
+@torch.inference_mode()
+def greedy_generate(
+    model: torch.nn.Module,
+    task: TokenizedTask,
+    *,
+    max_new_tokens: int | None = None,
+    batch_size: int = 4,
+    max_batch_tokens: int = 4096,
+    progress: bool = False,
+) -> list[str]:
+    """Greedy continuations of every prompt (decoded, special tokens skipped), reusing shared prefixes.
+
+    Stops a sample at an end-of-sequence token or after ``max_new_tokens`` (default: the task's, sized to its
+    longest target).
+    """
+    if task.generate_groups is None:
+        raise ValueError("these samples have prompts shorter than 2 tokens (perplexity?); they cannot be generated")
+    if task.tokenizer is None:
+        raise ValueError("the TokenizedTask has no tokenizer to decode with; build it with prepare()")
+    steps = task.max_new_tokens if max_new_tokens is None else max_new_tokens
+    if steps < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {steps}")
+    generated: list[list[int] | None] = [None] * len(task)
+    batches = _group_batches(task.generate_groups, batch_size)
+    for batch in tqdm(batches, desc="greedy", disable=not progress):
+        state = _prefix_pass(model, [task.prompt_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
+        items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
+        sizes = [len(task.prompt_ids[i]) - shared + steps for _, i, shared in items]
+        if _has_sliding_layers(state.cache):  # no padding inside continuations: chunk equal lengths together
+            chunks = []
+            for length in sorted(set(sizes)):
+                same = [(it, s) for it, s in zip(items, sizes, strict=True) if s == length]
+                chunks += _chunks([it for it, _ in same], [s for _, s in same], max_batch_tokens)
+        else:
+            chunks = _chunks(items, sizes, max_batch_tokens)
+        for chunk in chunks:
+            for i, tokens in zip(
+                [i for _, i, _ in chunk], _generate_chunk(model, task, state, chunk, steps), strict=True
+            ):
+                generated[i] = tokens
+    return [task.tokenizer.decode(g, skip_special_tokens=True) for g in generated if g is not None]
+
+
+def _generate_chunk(
+    model: torch.nn.Module, task: TokenizedTask, state: _PrefixState, chunk: Sequence[tuple[int, int, int]], steps: int
+) -> list[list[int]]:
+    conts = [task.prompt_ids[i][shared:] for _, i, shared in chunk]
+    cache, ids, mask, position_ids = _continuation_inputs(state, [row for row, _, _ in chunk], conts, task.pad_token_id)
+    device = ids.device
+    last = torch.tensor([len(c) - 1 for c in conts], device=device)
+    keep = torch.unique(last)
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True, logits_to_keep=keep
+    )
+    column = torch.searchsorted(keep, last)
+    logits = out.logits[torch.arange(len(conts), device=device), column]
+    next_pos = position_ids[:, 0] + last + 1
+    eos = torch.tensor(task.eos_token_ids, dtype=torch.long, device=device)
+    finished = torch.zeros(len(conts), dtype=torch.bool, device=device)
+    tokens: list[torch.Tensor] = []
+    cache = _cache_of(out)
+    for step in range(steps):
+        token = logits.argmax(-1)
+        tokens.append(token)
+        finished |= torch.isin(token, eos)
+        if bool(finished.all()) or step == steps - 1:
+            break
+        mask = torch.cat([mask, torch.ones((len(conts), 1), dtype=mask.dtype, device=device)], dim=1)
+        out = model(
+            input_ids=token[:, None],
+            attention_mask=mask,
+            position_ids=next_pos[:, None],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = _cache_of(out)
+        logits = out.logits[:, -1]
+        next_pos = next_pos + 1
+    result = []
+    for row in torch.stack(tokens, dim=1).tolist():
+        cut = next((j for j, t in enumerate(row) if t in task.eos_token_ids), len(row))
+        result.append(row[:cut])
+    return result
+
+
+def greedy_accuracy(model: torch.nn.Module, task: TokenizedTask, judge: Judge, **kwargs: Any) -> GreedyResult:
+    """Greedy answers judged by ``judge(prediction, sample)`` (a task's ``is_correct``); kwargs go to
+    :func:`greedy_generate`."""
+    predictions = greedy_generate(model, task, **kwargs)
+    correct = np.array([bool(judge(p, s)) for p, s in zip(predictions, task.samples, strict=True)])
+    return GreedyResult(task.samples, predictions, correct)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# which k separates the gold positions best
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class KSelection:
+    """How well the mean log-prob of the first k target tokens separates gold positions, for k = 1..max_k."""
+
+    k: int  # the k with the largest F statistic
+    f_statistic: dict[int, float]  # one-way ANOVA F across positions
+    spread: dict[int, float]  # variance of the per-position means
+    position_means: dict[int, dict[int, float]]  # k -> {position: mean}
+
+
+def select_k(logprobs: TokenLogprobs, max_k: int = 8) -> KSelection:
+    """Choose the number of target tokens whose mean log-prob best separates the gold positions.
+
+    For each k the per-sample score is the mean log-prob of the first k target tokens (all of them for shorter
+    targets). The F statistic of a one-way ANOVA (between-position mean square over within-position mean square)
+    rewards differences between positions relative to the noise between samples; the largest F wins, ties going
+    to the smaller k. ``spread`` (the variance of the per-position means) is reported alongside.
+    """
+    if max_k < 1:
+        raise ValueError(f"max_k must be >= 1, got {max_k}")
+    positions = np.array([s.position for s in logprobs.samples])
+    levels = np.unique(positions)
+    if len(levels) < 2:
+        raise ValueError("need samples at two or more gold positions to compare them")
+    n, g = len(positions), len(levels)
+    longest = max(len(v) for v in logprobs.values)
+    f_stat, spread, means = {}, {}, {}
+    for k in range(1, min(max_k, longest) + 1):
+        scores = logprobs.mean(k)
+        group_means = np.array([scores[positions == p].mean() for p in levels])
+        counts = np.array([(positions == p).sum() for p in levels])
+        between = float((counts * (group_means - scores.mean()) ** 2).sum() / (g - 1))
+        within_ss = sum(
+            float(((scores[positions == p] - m) ** 2).sum()) for p, m in zip(levels, group_means, strict=True)
+        )
+        within = within_ss / (n - g) if n > g else 0.0
+        if within > 0:
+            f_stat[k] = between / within
+        else:
+            f_stat[k] = math.inf if between > 0 else 0.0
+        spread[k] = float(group_means.var())
+        means[k] = {int(p): float(m) for p, m in zip(levels, group_means, strict=True)}
+    best = max(f_stat, key=lambda k: (f_stat[k], -k))
+    return KSelection(k=best, f_statistic=f_stat, spread=spread, position_means=means)
