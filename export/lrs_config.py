@@ -12,11 +12,11 @@ from __future__ import annotations
 LRS_ROPE_TYPE = "lrs"
 
 
-def _per_layer_type(rope):
+def _per_layer_type(rope: dict) -> bool:
     return bool(rope) and all(isinstance(value, dict) for value in rope.values())
 
 
-def wrap_rope_parameters(rope):
+def wrap_rope_parameters(rope: dict | None) -> dict | None:
     """``rope_parameters`` as written to config.json: ``{"rope_type": "lrs", "base": ...}`` (per layer type
     when the model has one rotary per layer type), a RoPE type no loader without this code knows."""
     if rope is None:
@@ -26,7 +26,7 @@ def wrap_rope_parameters(rope):
     return {"rope_type": LRS_ROPE_TYPE, "base": rope}
 
 
-def unwrap_rope_parameters(rope):
+def unwrap_rope_parameters(rope: dict | None) -> dict | None:
     """The base model's ``rope_parameters`` from their config.json form (unchanged when not wrapped)."""
     if not isinstance(rope, dict):
         return rope
@@ -49,18 +49,18 @@ class LrsConfigMixin:
     instead of running the model without the factors.
     """
 
-    def __post_init__(self, **kwargs):
+    def __post_init__(self, **kwargs) -> None:
         self.rope_parameters = unwrap_rope_parameters(self.rope_parameters)
         for name in ("lrs_factors", "lrs_base_model_type", "lrs_provenance"):
             setattr(self, name, kwargs.pop(name, getattr(self, name, None)))
         super().__post_init__(**kwargs)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         out = super().to_dict()
         out["rope_parameters"] = wrap_rope_parameters(out.get("rope_parameters"))
         return out
 
-    def to_diff_dict(self):
+    def to_diff_dict(self) -> dict:
         out = super().to_diff_dict()
         out["rope_parameters"] = self.to_dict()["rope_parameters"]  # always written, so the guard stays
         return out

@@ -17,7 +17,7 @@ from torch import nn
 class LrsFactors(nn.Module):
     """The per-layer factors as a float32 buffer. Not in the state dict: they come from ``config.lrs_factors``."""
 
-    def __init__(self, factors):
+    def __init__(self, factors: list[float]) -> None:
         super().__init__()
         self.register_buffer("factors", torch.tensor(factors, dtype=torch.float32), persistent=False)
 
@@ -34,7 +34,7 @@ class RotaryOutput(tuple):
     """The model rotary's ``(cos, sin)``, tagged with what a decoder layer needs to compute its own pair."""
 
 
-def tag_rotary_output(rotary, args, kwargs, output):
+def tag_rotary_output(rotary: nn.Module, args: tuple, kwargs: dict, output: tuple) -> RotaryOutput:
     """Forward hook of the model's rotary module: remember its inv_freq, attention scaling and positions."""
     position_ids = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
     layer_type = kwargs.get("layer_type", args[2] if len(args) > 2 else None)  # per-layer-type rotary (Gemma3)
@@ -49,11 +49,11 @@ def tag_rotary_output(rotary, args, kwargs, output):
 class LayerRotary:
     """Forward pre-hook of decoder layer ``layer_idx``: replaces ``position_embeddings`` with its own pair."""
 
-    def __init__(self, layer_idx, factors):
+    def __init__(self, layer_idx: int, factors: LrsFactors) -> None:
         self.layer_idx = layer_idx
         self.factors = factors  # the model's LrsFactors module
 
-    def __call__(self, layer, args, kwargs):
+    def __call__(self, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         base = kwargs.get("position_embeddings")
         if not isinstance(base, RotaryOutput):
             return None
@@ -71,7 +71,7 @@ class LayerRotary:
 class LrsForCausalLMMixin:
     """Layer-specific RoPE scaling on a transformers causal LM: layer l rotates with ``inv_freq / factors[l]``."""
 
-    def __init__(self, config, *args, **kwargs):
+    def __init__(self, config, *args, **kwargs) -> None:
         super().__init__(config, *args, **kwargs)
         backbone = self.base_model
         factors = config.lrs_factors
@@ -84,7 +84,7 @@ class LrsForCausalLMMixin:
         for idx, layer in enumerate(backbone.layers):
             layer.register_forward_pre_hook(LayerRotary(idx, self.lrs), with_kwargs=True)
 
-    def _init_weights(self, module):
+    def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, LrsFactors):  # from_pretrained builds the model on "meta" first
             with torch.no_grad():

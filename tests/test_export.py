@@ -250,6 +250,13 @@ def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, ll
     assert type(model).__module__.startswith("rope_adapter.export")
     assert not any("lrs" in key for key in model.state_dict())
     assert torch.allclose(logits_of(model, IDS), adapter_logits(base, adapter, "llama", IDS), rtol=0, atol=ATOL)
+    # generation with a KV cache follows the adapter token for token
+    reference = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, attn_implementation="sdpa"), adapter
+    )
+    prompt = dict(input_ids=IDS[:, :12], max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        assert torch.equal(model.generate(**prompt), reference.generate(**prompt))
     # the factors stay float32 under a dtype cast, and a re-save keeps the guard and the factors
     assert copy.deepcopy(model).to(torch.bfloat16).lrs.factors.dtype == torch.float32
     model.save_pretrained(work / "resaved")
@@ -439,12 +446,14 @@ def test_cli_export_verifies_in_a_fresh_process(work, llama, capsys):
     from rope_adapter.cli import main
 
     base, adapter = llama
-    assert main(["export", "--model", str(base), "--adapter", str(adapter), "--out", str(work / "cli")]) == 0
+    args = ["export", "--model", str(base), "--adapter", str(adapter), "--out", str(work / "cli")]
+    assert main([*args, "--dtype", "bfloat16"]) == 0
     printed = capsys.readouterr().out
     assert "custom-code (model_type llama_lrs)" in printed and "trust_remote_code=True" in printed
     verification = read_exported_factors(work / "cli")["verification"]
-    assert verification is not None and verification["max_abs_diff"] <= ATOL
-    assert main(["export", "--model", str(base), "--adapter", str(adapter), "--out", str(work / "cli")]) == 2
+    assert verification == {"max_abs_diff": 0.0, "probe_tokens": 64, "dtype": "torch.bfloat16"}
+    assert json.loads((work / "cli" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert main(args) == 2
     assert "not empty" in capsys.readouterr().err
 
 
