@@ -56,6 +56,11 @@ class LayerRotary:
     def __call__(self, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         base = kwargs.get("position_embeddings")
         if not isinstance(base, RotaryOutput):
+            if isinstance(base, tuple) and type(base) is not tuple:
+                raise RuntimeError(
+                    "another per-layer RoPE mechanism (an LRS adapter?) re-tagged this model's rotary output; it "
+                    "would replace the exported factors: apply it to the base model instead"
+                )
             return None
         position_ids = base.position_ids
         inv_freq = base.inv_freq.to(device=position_ids.device, dtype=torch.float)

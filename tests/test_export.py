@@ -257,6 +257,10 @@ def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, ll
     prompt = dict(input_ids=IDS[:, :12], max_new_tokens=8, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         assert torch.equal(model.generate(**prompt), reference.generate(**prompt))
+    # an adapter stacked on the export would replace its factors: the forward refuses
+    stacked = get_peft_model(copy.deepcopy(model), LrsConfig(factors=1.0))
+    with pytest.raises(RuntimeError, match="apply it to the base model"):
+        logits_of(stacked, IDS)
     # the factors stay float32 under a dtype cast, and a re-save keeps the guard and the factors
     assert copy.deepcopy(model).to(torch.bfloat16).lrs.factors.dtype == torch.float32
     model.save_pretrained(work / "resaved")
