@@ -349,6 +349,10 @@ def token_logprobs(
         batch_size: prefix groups (record sets) per prefix forward pass.
         max_batch_tokens: bound on (continuations in a forward) x (longest continuation).
         progress: show a tqdm bar over prefix batches.
+
+    Memory: each continuation in a forward pass gets its own copy of its prefix's KV cache, so a chunk holds
+    about (continuations) x (prefix tokens) cached tokens; lower ``batch_size``/``max_batch_tokens`` for very
+    long prefixes.
     """
     if not shared_prefix:
         return _token_logprobs_separate(model, task, progress)
