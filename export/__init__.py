@@ -1,12 +1,12 @@
 """Export: base model + LRS adapter as one standalone model folder (``rope-adapter export``).
 
-Importing this package also registers the ``<type>_lrs`` model types of every tested architecture with
-transformers' auto classes, so exported folders load without ``trust_remote_code``.
+``import rope_adapter`` registers the ``<type>_lrs`` model types of every tested architecture with
+transformers' auto classes (rope_adapter.standalone), so exported folders load without ``trust_remote_code``.
 """
 
 from __future__ import annotations
 
-from rope_adapter import TESTED_MODEL_TYPES
+from rope_adapter.standalone import CodegenError, LrsNames, lrs_classes, lrs_names, register_lrs_model_type
 
 from .bake import (
     COPIED_FILE_PATTERNS,
@@ -21,7 +21,6 @@ from .bake import (
     read_exported_factors,
     verify_export,
 )
-from .codegen import CodegenError, LrsNames, lrs_classes, lrs_names, register_lrs_model_type
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, linear_rope_parameters, plan_export
 
 __all__ = [
@@ -47,14 +46,3 @@ __all__ = [
     "register_lrs_model_type",
     "verify_export",
 ]
-
-
-def _register_tested() -> None:
-    for model_type in TESTED_MODEL_TYPES:
-        try:
-            register_lrs_model_type(model_type)
-        except CodegenError:  # pragma: no cover - an older transformers without this architecture
-            pass
-
-
-_register_tested()

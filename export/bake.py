@@ -33,9 +33,15 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, Pre
 import rope_adapter
 from rope_adapter import LrsConfig, LrsError, find_rope_site, get_factors, load_lrs_config
 from rope_adapter.embedded import resolve_model_path
+from rope_adapter.standalone import (
+    CodegenError,
+    names_for_model,
+    register_lrs_model_type,
+    unwrap_rope_parameters,
+    wrap_rope_parameters,
+)
 
-from .codegen import CodegenError, names_for_model, register_lrs_model_type, write_code
-from .lrs_config import unwrap_rope_parameters, wrap_rope_parameters
+from .codegen import write_code
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
 
 logger = logging.getLogger(__name__)

@@ -24,6 +24,10 @@ from .model import LrsModel
 
 _registration.register()
 
+from .standalone import register_tested_model_types as _register_standalone  # noqa: E402
+
+_register_standalone()  # exported folders (`rope-adapter export`) load without trust_remote_code
+
 __version__ = "0.1.0"
 
 __all__ = [

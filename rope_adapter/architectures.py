@@ -91,6 +91,12 @@ def find_rope_site(model: nn.Module) -> RopeSite:
 
     config = getattr(model, "config", None)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text_config, "lrs_factors", None) is not None:
+        raise UnsupportedModelError(
+            f"this {type(model).__name__} already applies per-layer RoPE factors (a folder written by "
+            f"`rope-adapter export`); stacking another LRS adapter would hide them: apply the adapter to the base "
+            f"model instead (`rope-adapter info` shows which one)"
+        )
     layer_types = None
     if "layer_type" in inspect.signature(type(rotary).forward).parameters:
         layer_types = list(text_config.layer_types)

@@ -33,7 +33,7 @@ from tiny_models import ARCHITECTURES, byte_tokenizer, tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import rope_adapter
-from rope_adapter import AdapterMismatchError, LrsConfig, count_layer_hooks
+from rope_adapter import AdapterMismatchError, LrsConfig, UnsupportedModelError, count_layer_hooks
 
 NON_UNIFORM = [1.0, 1.5, 2.5, 4.0]
 CHAT_TEMPLATE = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}"
@@ -239,7 +239,7 @@ def test_generated_code_imports_only_torch_and_transformers(work, llama):
                 assert all(a.name.split(".")[0] in ("torch", "transformers") for a in node.names), path.name
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 assert node.module.split(".")[0] in ("torch", "transformers"), path.name
-        assert "rope_adapter" not in text.replace("rope-adapter", "").replace("`import rope_adapter.export`", "")
+        assert "rope_adapter" not in text.replace("rope-adapter", "")
 
 
 def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, llama):
@@ -247,7 +247,7 @@ def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, ll
     result = export_model(base, adapter, work / "registered", verify=False)
     model = AutoModelForCausalLM.from_pretrained(result.path, attn_implementation="sdpa")
     assert type(model).__name__ == "LlamaLrsForCausalLM"
-    assert type(model).__module__.startswith("rope_adapter.export")
+    assert type(model).__module__.startswith("rope_adapter.standalone")
     assert not any("lrs" in key for key in model.state_dict())
     assert torch.allclose(logits_of(model, IDS), adapter_logits(base, adapter, "llama", IDS), rtol=0, atol=ATOL)
     # generation with a KV cache follows the adapter token for token
@@ -257,10 +257,9 @@ def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, ll
     prompt = dict(input_ids=IDS[:, :12], max_new_tokens=8, do_sample=False, pad_token_id=0)
     with torch.no_grad():
         assert torch.equal(model.generate(**prompt), reference.generate(**prompt))
-    # an adapter stacked on the export would replace its factors: the forward refuses
-    stacked = get_peft_model(copy.deepcopy(model), LrsConfig(factors=1.0))
-    with pytest.raises(RuntimeError, match="apply it to the base model"):
-        logits_of(stacked, IDS)
+    # an adapter stacked on the export would replace its factors: refused up front
+    with pytest.raises(UnsupportedModelError, match="apply the adapter to the base"):
+        get_peft_model(copy.deepcopy(model), LrsConfig(factors=1.0))
     # the factors stay float32 under a dtype cast, and a re-save keeps the guard and the factors
     assert copy.deepcopy(model).to(torch.bfloat16).lrs.factors.dtype == torch.float32
     model.save_pretrained(work / "resaved")
