@@ -481,7 +481,7 @@ def export_model(
 
     Uniform factors on a default/linear-RoPE model (or factors constant per layer type on a Gemma3-style model)
     become native linear ``rope_parameters``; other factors a new model_type ``<base>_lrs`` whose code is
-    written beside the weights (``trust_remote_code=True``, or ``import rope_adapter.export``).
+    written beside the weights (``trust_remote_code=True``, or ``import rope_adapter``).
     """
     if out is None:
         raise TypeError("export_model() needs out=, the folder to write")

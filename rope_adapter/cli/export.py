@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "config.json carries the adapter's per-layer factors. One factor for all layers on a default/linear-RoPE "
         "model (or one per layer type on Gemma3-style models) becomes transformers' own linear RoPE scaling; other "
         "factors a new model_type with its code beside the weights (load with trust_remote_code=True, or after "
-        "`import rope_adapter.export`). The folder is reloaded in a fresh process and its logits compared with "
+        "`import rope_adapter`). The folder is reloaded in a fresh process and its logits compared with "
         "the adapter's before it appears under --out.",
     )
     p.add_argument("--model", required=True, metavar="ID_OR_PATH", help="base model: Hub id, folder, or alias")
