@@ -106,3 +106,19 @@ def test_cli_push_with_a_bad_token_is_one_line_without_the_token(hub, made):
     assert "Traceback" not in done.stderr and bad not in done.stderr + done.stdout
     assert not hub.repo_exists("org/x")
     assert HubTestServer.DEFAULT_TOKEN != bad
+
+
+def test_peft_push_to_hub_keeps_working(hub, made):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    import rope_adapter
+
+    base = AutoModelForCausalLM.from_pretrained(made["base"]).eval()
+    model = PeftModel.from_pretrained(base, made["adapter"])
+    model.push_to_hub("org/pushed-by-peft", token=hub.token)
+    assert {"adapter_config.json", "adapter_model.safetensors"} <= set(hub.files("org/pushed-by-peft"))
+    again = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(made["base"]).eval(), "org/pushed-by-peft")
+    assert rope_adapter.get_factors(again) == pytest.approx(FACTORS)
+    with torch.inference_mode():
+        assert torch.equal(again(IDS).logits, torch.load(made["tmp"] / "expected.pt"))
