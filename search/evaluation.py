@@ -1,0 +1,526 @@
+"""Position sweep: score several model variants on the same samples, gold at chosen positions.
+
+The Python side of ``rope-adapter eval`` (tasks kv_retrieval, passkey, mdqa)::
+
+    from rope_adapter.search.evaluation import evaluate_positions, load_model, make_task_samples
+    from rope_adapter.search.variants import check_variants, parse_variants
+
+    variants = parse_variants("base,uniform:1.05,adapter:out/adapter")
+    plans = check_variants(variants, config)              # reads adapters, checks them against the config
+    task, samples = make_task_samples("kv_retrieval", num_samples=20, num_pairs=20)
+    model, tokenizer = load_model("smollm2-135m-instruct")
+    result = evaluate_positions(model, tokenizer, task, samples, variants, plans=plans)
+    result.write("eval-out")                              # results.json, results.md, positions.png
+
+Both scores of the search are computed on exactly the same samples for every variant (one tokenisation, see
+``rope_adapter.search.scoring``): greedy accuracy by the task's benchmark rule, and the teacher-forced gold
+log-probability (mean natural log-probability of the target's tokens, or of its first ``logprob_tokens``).
+Each variant shares the loaded model's weights (``variants.build_variant``), so the base model is never changed.
+
+Summaries per variant, metric and gold position: accuracy with a Wilson 95 % interval, log-probability with a
+Student-t 95 % interval; differences from the reference variant (the first one unless named) are paired over
+the samples, and a difference whose interval includes 0 is reported as "within noise".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .intervals import CONFIDENCE, Interval, mean_interval, paired_difference, proportion_interval
+from .scoring import TokenizedTask, greedy_accuracy, prepare, token_logprobs
+from .tasks import Sample, Task, get_task, split_records
+from .variants import AdapterPlan, Variant, build_variant, describe_variant
+
+METRICS: dict[str, dict[str, Any]] = {
+    "accuracy": {
+        "title": "Accuracy (greedy, benchmark rule)",
+        "short": "accuracy",
+        "higher_is_better": True,
+        "interval": proportion_interval,
+    },
+    "logprob": {
+        "title": "Gold log-probability (teacher-forced, mean per target token)",
+        "short": "gold log-prob",
+        "higher_is_better": True,
+        "interval": mean_interval,
+    },
+}
+"""Scores of a position sweep; ``interval`` summarises one group of per-sample values."""
+
+POSITION_TASKS = ("kv_retrieval", "passkey", "mdqa")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class EvalError(ValueError):
+    """Bad evaluation input (task options, sample counts, data, positions); raised before the model loads."""
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+
+
+def resolve_dtype(name: str | torch.dtype) -> torch.dtype:
+    """``"float32"``, ``"bfloat16"``, ``"float16"`` (or a torch dtype) as a torch dtype."""
+    if isinstance(name, torch.dtype):
+        return name
+    try:
+        return DTYPES[str(name).replace("torch.", "")]
+    except KeyError:
+        raise EvalError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+
+
+def resolve_device(name: str | torch.device | None) -> torch.device:
+    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``..."""
+    if name is None or str(name) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(str(name))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EvalError(f"device {name!r} requested but CUDA is not available here; use --device cpu")
+    return device
+
+
+def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """(resolved path, config) of a model, without its weights (``smollm2-135m-instruct`` is the embedded one)."""
+    from transformers import AutoConfig
+
+    from rope_adapter.embedded import resolve_model_path
+
+    path = resolve_model_path(name_or_path)
+    try:
+        return path, AutoConfig.from_pretrained(path)
+    except OSError as exc:
+        raise EvalError(f"cannot read the model config of {str(name_or_path)!r}: {exc}") from exc
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """The model's tokenizer (a pad token is set to EOS when the tokenizer has none)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str] = "smollm2-135m-instruct",
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device | None = "cpu",
+    attn_implementation: str | None = None,
+) -> tuple[torch.nn.Module, Any]:
+    """(model in eval mode, tokenizer) from a local folder, Hub id or the alias ``smollm2-135m-instruct``."""
+    from transformers import AutoModelForCausalLM
+
+    from rope_adapter.embedded import resolve_model_path
+
+    path = resolve_model_path(name_or_path)
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model.to(resolve_device(device)).eval()
+    return model, load_tokenizer(path)
+
+
+# ---------------------------------------------------------------------------------------------------- samples
+
+
+def task_options(name: str) -> list[str]:
+    """The settings (dataclass fields) a registered task accepts."""
+    cls = get_task(name)
+    return [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
+
+
+def make_task(name: str, **options: Any) -> Task:
+    """A registered task with only the options it knows (an unknown option is an :class:`EvalError`)."""
+    try:
+        cls = get_task(name)
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
+    known = task_options(name)
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        raise EvalError(f"task {name!r} has no option(s) {unknown}; it takes {', '.join(known)}")
+    try:
+        return cls(**options)
+    except FileNotFoundError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise EvalError(f"task {name!r}: {exc}") from exc
+
+
+def make_task_samples(
+    name: str,
+    *,
+    num_samples: int,
+    seed: int = 0,
+    held_out_after: int = 0,
+    **options: Any,
+) -> tuple[Task, list[Sample]]:
+    """Build a task and the samples of ``num_samples`` records, every configured gold position each.
+
+    The records are ``split_records(records, held_out_after, num_samples, seed)[1]``: a seeded draw, disjoint
+    from the first ``held_out_after`` records of the same draw (the search split of a study that used
+    ``held_out_after`` search records and the same seed). Generated tasks (kv_retrieval without a data file,
+    passkey) generate exactly the records needed from ``seed``.
+
+    Raises :class:`EvalError` (or ``FileNotFoundError``) for a bad option, empty data, too few records or
+    positions outside the context, before any model is needed.
+    """
+    if num_samples < 1:
+        raise EvalError(f"the sample count must be >= 1, got {num_samples}")
+    if held_out_after < 0:
+        raise EvalError(f"held_out_after must be >= 0, got {held_out_after}")
+    if name not in POSITION_TASKS:
+        raise EvalError(f"task {name!r} is not a position sweep; choose one of {', '.join(POSITION_TASKS)}")
+    known = task_options(name)
+    options = {k: v for k, v in options.items() if v is not None}
+    generated = name == "passkey" or (name == "kv_retrieval" and options.get("data_path") is None)
+    if "num_records" in known:
+        options["num_records"] = held_out_after + num_samples if generated else None
+    if "seed" in known:
+        options.setdefault("seed", seed)
+    task = make_task(name, **options)
+    try:
+        records = task.load_records()
+        _, chosen = split_records(records, held_out_after, num_samples, seed)
+        samples = task.build_samples(chosen)
+    except FileNotFoundError:
+        raise
+    except (ValueError, IndexError) as exc:
+        raise EvalError(f"task {name!r}: {exc}") from exc
+    if not samples:
+        raise EvalError(f"task {name!r} built no samples from {num_samples} record(s)")
+    return task, samples
+
+
+def check_context(prompt_lengths: Sequence[int], max_positions: int | None, *, allow_longer: bool = False) -> list[str]:
+    """Messages about prompts longer than the model's trained positions (an error unless ``allow_longer``)."""
+    if not max_positions or not prompt_lengths:
+        return []
+    longest = max(prompt_lengths)
+    if longest <= max_positions:
+        return []
+    over = sum(1 for n in prompt_lengths if n > max_positions)
+    text = (
+        f"{over} of {len(prompt_lengths)} prompts are longer ({longest} tokens at most) than the model's "
+        f"{max_positions} positions"
+    )
+    if not allow_longer:
+        raise EvalError(text + ": lower the record size (e.g. --num-pairs) or pass --allow-longer to extrapolate")
+    return [text]
+
+
+# ---------------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class PositionResults:
+    """Every sample's score for every variant, and the per-position summaries with 95 % intervals."""
+
+    task: str
+    metrics: list[str]
+    positions: list[int]
+    variants: list[dict[str, Any]]
+    rows: list[dict[str, Any]] = field(repr=False)
+    reference: str = ""
+    settings: dict[str, Any] = field(default_factory=dict)
+    confidence: float = CONFIDENCE
+
+    # ---- values
+    def values(self, variant: str, metric: str, position: int | None = None) -> np.ndarray:
+        """Per-sample scores of one variant (all positions, or one), in sample order."""
+        return np.array(
+            [
+                r[metric]
+                for r in self.rows
+                if r["variant"] == variant and (position is None or r["position"] == position)
+            ],
+            dtype=np.float64,
+        )
+
+    @property
+    def variant_names(self) -> list[str]:
+        return [v["name"] for v in self.variants]
+
+    def interval(self, variant: str, metric: str, position: int | None = None) -> Interval:
+        """Mean and 95 % interval of one variant's metric (Wilson for accuracy, Student t for log-probs)."""
+        return METRICS[metric]["interval"](self.values(variant, metric, position), self.confidence)
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """``{variant: {metric: {"by_position": {pos: interval}, "overall": interval}}}`` as plain dicts."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in self.variant_names:
+            out[name] = {}
+            for metric in self.metrics:
+                out[name][metric] = {
+                    "by_position": {str(p): self.interval(name, metric, p).to_dict() for p in self.positions},
+                    "overall": self.interval(name, metric).to_dict(),
+                }
+        return out
+
+    def comparisons(self) -> dict[str, dict[str, Any]]:
+        """Paired differences of each variant from the reference, per position and overall, with verdicts."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in self.variant_names:
+            if name == self.reference:
+                continue
+            out[name] = {}
+            for metric in self.metrics:
+                better = METRICS[metric]["higher_is_better"]
+
+                def diff(p: int | None, metric: str = metric, better: bool = better, name: str = name) -> dict:
+                    return paired_difference(
+                        self.values(name, metric, p),
+                        self.values(self.reference, metric, p),
+                        higher_is_better=better,
+                        confidence=self.confidence,
+                    ).to_dict()
+
+                out[name][metric] = {
+                    "by_position": {str(p): diff(p) for p in self.positions},
+                    "overall": diff(None),
+                }
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """What results.json holds."""
+        return {
+            "kind": "positions",
+            "task": self.task,
+            "metrics": self.metrics,
+            "positions": self.positions,
+            "confidence": self.confidence,
+            "reference": self.reference,
+            "settings": self.settings,
+            "variants": self.variants,
+            "summary": self.summary(),
+            "comparisons": self.comparisons(),
+            "samples": self.rows,
+        }
+
+    def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
+        """Write results.json, results.md and (with ``plot``) positions.png into ``out_dir``."""
+        from .plots_eval import plot_positions
+        from .report_eval import positions_markdown
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        data = self.to_dict()
+        paths = {"json": out / "results.json", "markdown": out / "results.md"}
+        _write_json(paths["json"], data)
+        if plot:
+            paths["plot"] = plot_positions(data, out / "positions.png")
+        paths["markdown"].write_text(positions_markdown(data, plot_name="positions.png" if plot else None))
+        return paths
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine, recorded in results.json."""
+    import peft
+    import transformers
+
+    import rope_adapter
+
+    return {
+        "rope_adapter": rope_adapter.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "torch_threads": torch.get_num_threads(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+
+def _finite(value: float) -> float:
+    if not math.isfinite(value):
+        warnings.warn(f"a non-finite score ({value}) was replaced by -1e9 for the tables", stacklevel=3)
+        return -1e9
+    return float(value)
+
+
+def iter_variants(
+    model: torch.nn.Module, variants: Sequence[Variant], plans: Mapping[str, AdapterPlan] | None = None
+) -> Iterator[tuple[Variant, torch.nn.Module]]:
+    """Each variant's model in turn (built, used, released), sharing ``model``'s weights."""
+    plans = plans or {}
+    for variant in variants:
+        with build_variant(model, variant, plans.get(variant.name)) as built:
+            yield variant, built
+
+
+def prepare_samples(
+    samples: Sequence[Sample],
+    tokenizer: Any,
+    task: Task,
+    *,
+    chat_template: bool = False,
+    system_prompt: str | None = None,
+) -> TokenizedTask:
+    """Tokenise the samples once for every variant (``scoring.prepare`` with the task's generation slack)."""
+    try:
+        return prepare(
+            samples,
+            tokenizer,
+            chat_template=chat_template,
+            system_prompt=system_prompt,
+            generation_slack=task.generation_slack,
+        )
+    except ValueError as exc:
+        raise EvalError(str(exc)) from exc
+
+
+def evaluate_positions(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    task: Task,
+    samples: Sequence[Sample],
+    variants: Sequence[Variant],
+    *,
+    plans: Mapping[str, AdapterPlan] | None = None,
+    metrics: Sequence[str] = ("accuracy", "logprob"),
+    logprob_tokens: int | None = None,
+    chat_template: bool = False,
+    system_prompt: str | None = None,
+    batch_size: int = 4,
+    max_batch_tokens: int = 4096,
+    reference: str | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    prepared: TokenizedTask | None = None,
+) -> PositionResults:
+    """Score every variant on the same samples; see the module docstring.
+
+    Args:
+        model: the loaded base model (any transformers causal LM that the LRS adapter supports).
+        tokenizer: its tokenizer.
+        task: the task that built ``samples`` (its ``is_correct`` judges greedy answers).
+        samples: from :func:`make_task_samples` or ``task.samples()``.
+        variants: from ``variants.parse_variants``; ``plans`` from ``variants.check_variants``.
+        metrics: any of "accuracy" (greedy decoding, benchmark rule) and "logprob" (gold log-probability).
+        logprob_tokens: average the log-prob over the first k target tokens (None: all of them).
+        chat_template: wrap prompts in the tokenizer's chat template.
+        batch_size: prefix groups (records) per forward pass; ``max_batch_tokens`` bounds continuation batches.
+        reference: the variant the others are compared to (default: the first).
+        progress: tqdm bars; ``log`` receives one line per variant (e.g. ``print``).
+        settings: extra entries for results.json's "settings" (model name, command, seed...).
+        prepared: ``scoring.prepare(samples, ...)`` done already (e.g. to check prompt lengths first); it must
+            hold ``samples`` prepared with the same ``chat_template``.
+    """
+    metrics = list(metrics)
+    bad = [m for m in metrics if m not in METRICS]
+    if bad or not metrics:
+        raise EvalError(f"unknown score(s) {bad or metrics}; choose from {', '.join(METRICS)}")
+    if "accuracy" in metrics and not task.supports_generation:
+        raise EvalError(f"task {task.name!r} has no greedy answer rule; use the logprob score only")
+    if not variants:
+        raise EvalError("no variants to evaluate")
+    names = [v.name for v in variants]
+    reference = reference or names[0]
+    if reference not in names:
+        raise EvalError(f"reference variant {reference!r} is not among the variants {names}")
+    if logprob_tokens is not None and logprob_tokens < 1:
+        raise EvalError(f"logprob_tokens must be >= 1, got {logprob_tokens}")
+    samples = list(samples)
+    if not samples:
+        raise EvalError("no samples to evaluate")
+    if prepared is None:
+        prepared = prepare_samples(samples, tokenizer, task, chat_template=chat_template, system_prompt=system_prompt)
+    elif len(prepared) != len(samples):
+        raise EvalError(f"prepared holds {len(prepared)} samples, not the {len(samples)} given")
+    rows: list[dict[str, Any]] = []
+    described: list[dict[str, Any]] = []
+    timings: dict[str, float] = {}
+    for index, (variant, built) in enumerate(iter_variants(model, variants, plans), start=1):
+        if log is not None:
+            log(f"[{index}/{len(variants)}] {variant.name}  ({variant.spec})")
+        start = time.perf_counter()
+        scores: dict[str, list[float]] = {}
+        predictions: list[str] | None = None
+        if "logprob" in metrics:
+            lp = token_logprobs(
+                built, prepared, batch_size=batch_size, max_batch_tokens=max_batch_tokens, progress=progress
+            )
+            scores["logprob"] = [_finite(v) for v in lp.mean(logprob_tokens)]
+        if "accuracy" in metrics:
+            greedy = greedy_accuracy(
+                built,
+                prepared,
+                task.is_correct,
+                batch_size=batch_size,
+                max_batch_tokens=max_batch_tokens,
+                progress=progress,
+            )
+            scores["accuracy"] = [float(c) for c in greedy.correct]
+            predictions = greedy.predictions
+        timings[variant.name] = time.perf_counter() - start
+        described.append({**variant.to_dict(), **describe_variant(built), "seconds": round(timings[variant.name], 3)})
+        for i, sample in enumerate(prepared.samples):
+            row: dict[str, Any] = {
+                "variant": variant.name,
+                "sample": i,
+                "record_id": sample.record_id,
+                "position": int(sample.position),
+            }
+            for metric in metrics:
+                row[metric] = scores[metric][i]
+            if predictions is not None:
+                row["prediction"] = predictions[i]
+            rows.append(row)
+    all_settings = {
+        "num_samples": len(samples),
+        "num_records": len({s.record_id for s in samples}),
+        "chat_template": chat_template,
+        "logprob_tokens": logprob_tokens,
+        "batch_size": batch_size,
+        "max_batch_tokens": max_batch_tokens,
+        "prompt_tokens": {
+            "min": min(len(p) for p in prepared.prompt_ids),
+            "max": max(len(p) for p in prepared.prompt_ids),
+        },
+        "max_new_tokens": prepared.max_new_tokens,
+        "environment": environment(),
+        **dict(settings or {}),
+    }
+    return PositionResults(
+        task=task.name,
+        metrics=metrics,
+        positions=sorted({int(s.position) for s in samples}),
+        variants=described,
+        rows=rows,
+        reference=reference,
+        settings=all_settings,
+    )
+
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a results.json (a folder is taken to hold one)."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "results.json"
+    return json.loads(file.read_text())

@@ -1,0 +1,205 @@
+"""Figures of the evaluation and the analysis, drawn from the plain dicts written to JSON (matplotlib, Agg).
+
+- :func:`plot_positions`: score by gold position, one line per variant with its 95 % band (the U-curve).
+- :func:`plot_lengths`: perplexity by context length, one line per variant, log scales.
+- :func:`plot_decay`: RoFormer's relative upper bound of RoPE attention by relative distance, per factor.
+- :func:`plot_attention_shares`: per-layer share of the last token's attention on beginning/middle/end.
+
+Each takes the dict its results file holds, so a figure can be redrawn from the file alone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+import numpy as np  # noqa: E402
+
+_MARKERS = "osD^vP*Xh<>"
+
+
+def _colors(n: int) -> list:
+    cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def _title(data: Mapping[str, Any], what: str) -> str:
+    settings = data.get("settings", {})
+    model = settings.get("model") or "model"
+    return f"{what} — {data.get('task', '')} on {model}"
+
+
+def plot_positions(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """positions.png: one panel per metric, x = gold position, a line and a 95 % band per variant."""
+    from .evaluation import METRICS
+
+    metrics = list(data["metrics"])
+    positions = list(data["positions"])
+    names = [v["name"] for v in data["variants"]]
+    colors = _colors(len(names))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(6.2 * len(metrics), 4.4), squeeze=False)
+    spread = 0.012 * (max(positions) - min(positions) or 1)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for k, name in enumerate(names):
+            by_pos = data["summary"][name][metric]["by_position"]
+            mean = np.array([by_pos[str(p)]["mean"] for p in positions])
+            low = np.array(
+                [np.nan if by_pos[str(p)]["ci_low"] is None else by_pos[str(p)]["ci_low"] for p in positions]
+            )
+            high = np.array(
+                [np.nan if by_pos[str(p)]["ci_high"] is None else by_pos[str(p)]["ci_high"] for p in positions]
+            )
+            x = np.array(positions, dtype=float) + (k - (len(names) - 1) / 2) * spread
+            ax.plot(x, mean, marker=_MARKERS[k % len(_MARKERS)], color=colors[k], label=name, lw=1.8, ms=5)
+            if np.isfinite(low).any():
+                ax.errorbar(
+                    x, mean, yerr=[mean - low, high - mean], fmt="none", ecolor=colors[k], alpha=0.55, capsize=3, lw=1
+                )
+        ax.set_xticks(positions)
+        ax.set_xlabel("gold position (0 = start of the context)")
+        ax.set_ylabel(METRICS[metric]["short"] if metric in METRICS else metric)
+        ax.set_title(METRICS[metric]["title"] if metric in METRICS else metric, fontsize=10)
+        if metric == "accuracy":
+            ax.set_ylim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+    n = data.get("settings", {}).get("num_records")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(names), 5), frameon=False, bbox_to_anchor=(0.5, -0.07))
+    fig.suptitle(
+        _title(data, "Score by gold position") + (f" ({n} records per position, 95 % intervals)" if n else ""),
+        fontsize=11,
+    )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _length_label(n: int) -> str:
+    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
+
+
+def plot_lengths(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """lengths.png: perplexity by context length (log-log), a line and 95 % error bars per variant."""
+    lengths = list(data["lengths"])
+    names = [v["name"] for v in data["variants"]]
+    colors = _colors(len(names))
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    for k, name in enumerate(names):
+        by_len = data["summary"][name]["by_length"]
+        mean = np.array([by_len[str(n)]["perplexity"] for n in lengths])
+        low = np.array([np.nan if by_len[str(n)]["ci_low"] is None else by_len[str(n)]["ci_low"] for n in lengths])
+        high = np.array([np.nan if by_len[str(n)]["ci_high"] is None else by_len[str(n)]["ci_high"] for n in lengths])
+        x = np.array(lengths, dtype=float) * (1 + 0.015 * (k - (len(names) - 1) / 2))
+        ax.plot(x, mean, marker=_MARKERS[k % len(_MARKERS)], color=colors[k], label=name, lw=1.8, ms=5)
+        if np.isfinite(low).any():
+            ax.errorbar(x, mean, yerr=[mean - low, high - mean], fmt="none", ecolor=colors[k], alpha=0.6, capsize=3)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths)
+    ax.set_xticklabels([_length_label(n) for n in lengths])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    values = [
+        v["perplexity"] for name in names for v in data["summary"][name]["by_length"].values() if v["perplexity"] > 0
+    ]
+    if values and max(values) / min(values) > 4:  # log scale only when it helps; otherwise plain numbers read better
+        ax.set_yscale("log")
+    max_pos = data.get("settings", {}).get("max_position_embeddings")
+    if max_pos:
+        ax.axvline(max_pos, color="grey", ls="--", lw=1)
+        ax.annotate(
+            f"trained context ({_length_label(int(max_pos))})",
+            (max_pos, 0.97),
+            xycoords=("data", "axes fraction"),
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="grey",
+            rotation=90,
+        )
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("perplexity (lower is better)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, frameon=False)
+    model = data.get("settings", {}).get("model") or "model"
+    ax.set_title(f"Perplexity by context length — {model}", fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_decay(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """decay.png: RoFormer's relative upper bound by relative distance, one line per factor."""
+    distances = np.asarray(data["distances"], dtype=float)
+    curves: Sequence[Mapping[str, Any]] = data["curves"]
+    colors = _colors(len(curves))
+    fig, ax = plt.subplots(figsize=(7.2, 4.4))
+    for k, curve in enumerate(curves):
+        ax.plot(distances, curve["bound"], color=colors[k], label=curve["label"], lw=1.4)
+    ax.set_xlabel("relative distance |m - n| (tokens)")
+    ax.set_ylabel("relative upper bound (1/(d/2)) Σ_j |S_j|")
+    ax.set_title(
+        f"RoPE long-term decay (RoFormer §3.4.3), head_dim {data['head_dim']}, theta {data['theta']:g}", fontsize=10
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_attention_shares(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """attention.png: heat maps (layers x regions) per variant, plus the difference from the first variant."""
+    regions = list(data["regions"])
+    entries: Sequence[Mapping[str, Any]] = data["variants"]
+    shares = [np.asarray(e["shares"], dtype=float) for e in entries]
+    num_layers = shares[0].shape[0]
+    panels = len(entries) + (1 if len(entries) > 1 else 0)
+    height = max(3.2, 0.22 * num_layers + 1.6)
+    fig, axes = plt.subplots(1, panels, figsize=(2.9 * panels + 0.6, height), squeeze=False)
+    vmax = max(float(s.max()) for s in shares)
+    for ax, entry, values in zip(axes[0], entries, shares, strict=False):
+        im = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0.0, vmax=vmax, origin="upper")
+        ax.set_title(entry["name"], fontsize=9)
+        _annotate(ax, values, fmt="{:.2f}", small=num_layers > 16)
+        fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
+    if len(entries) > 1:
+        ax = axes[0][-1]
+        delta = shares[-1] - shares[0]
+        limit = float(np.abs(delta).max()) or 1e-6
+        im = ax.imshow(delta, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, origin="upper")
+        ax.set_title(f"{entries[-1]['name']} − {entries[0]['name']}", fontsize=9)
+        _annotate(ax, delta, fmt="{:+.2f}", small=num_layers > 16)
+        fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
+    for ax in axes[0]:
+        ax.set_xticks(range(len(regions)))
+        ax.set_xticklabels(regions, fontsize=8)
+        step = 1 if num_layers <= 16 else 2
+        ax.set_yticks(range(0, num_layers, step))
+        ax.set_yticklabels([str(i) for i in range(0, num_layers, step)], fontsize=7)
+    axes[0][0].set_ylabel("decoder layer")
+    skip = data.get("skip_first", 0)
+    fig.suptitle(
+        f"Share of the last token's attention by context region (mean over heads and {data.get('num_samples', '?')} "
+        f"prompts" + (f"; first {skip} token(s) left out" if skip else "") + ")",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _annotate(ax: Any, values: np.ndarray, fmt: str, small: bool) -> None:
+    if small and values.shape[0] > 40:
+        return
+    for (i, j), v in np.ndenumerate(values):
+        ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=5.5 if small else 7, color="white")
