@@ -1,0 +1,391 @@
+"""What one search trial computes: the scores of a factor set, the objective values and the constraint values.
+
+A trial's control points give per-layer factors (:mod:`rope_adapter.search.bezier`); the factors are swapped
+into the one ``PeftModel`` of the worker with :func:`rope_adapter.set_factors` and the search samples, tokenised
+once (:func:`rope_adapter.search.scoring.prepare`), are scored:
+
+- ``score="logprob"`` (default): the mean teacher-forced log-probability of the first ``k`` answer tokens of each
+  sample (smooth, one forward pass per record thanks to the shared prefix);
+- ``score="accuracy"``: greedy decoding judged by the task's own rule (0 or 1 per sample).
+
+Per gold position the scores are averaged; the objectives are then
+
+- ``objective="pareto"`` (default, NSGA-II on two objectives, both maximised): the mean over the gold positions
+  and the worst (smallest) position mean;
+- ``objective="weighted"`` (one objective): ``(1 - w) * sum_p a_p m_p / sum_p a_p + w * min_p m_p`` with
+  position weights ``a_p`` (default all equal) and worst-position weight ``w``.
+
+Constraints follow Optuna's convention (feasible when every value is ``<= 0``) and are evaluated in the cheapest
+order: the factor bounds ``[s_min, s_max]`` (and, in free x mode, the order of the control xs), per-layer bounds,
+a bound on the step between neighbouring layers, user callables, then the perplexity guard (a short text may
+not lose more than a given fraction of perplexity). A trial that breaks a cheap constraint is not scored on the
+task: its objective values are ``-inf`` (constrained NSGA-II never compares the objective values of infeasible
+trials; it ranks them by their total violation), and the report marks it ``evaluated: false``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+import rope_adapter
+
+from .bezier import BezierSpace, factors_from_control_points
+from .scoring import TokenizedTask, TokenLogprobs, greedy_accuracy, token_logprobs
+
+ScoreKind = Literal["logprob", "accuracy"]
+ObjectiveKind = Literal["pareto", "weighted"]
+SCORE_KINDS: tuple[str, ...] = ("logprob", "accuracy")
+OBJECTIVE_KINDS: tuple[str, ...] = ("pareto", "weighted")
+UserConstraint = Callable[[np.ndarray], float]
+FACTOR_TOLERANCE = 1e-9
+"""Bound constraints are reported minus this, so that a curve sitting exactly on a bound is not made infeasible
+by rounding (the curve's value is a Bernstein sum, which can land one ulp beyond the bound)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# objectives
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """How per-sample scores become the study's objective values."""
+
+    score: ScoreKind = field(
+        default="logprob",
+        metadata={"help": "'logprob': mean gold log-prob of the first k answer tokens; 'accuracy': greedy rule."},
+    )
+    k: int | None = field(default=4, metadata={"help": "Answer tokens averaged by the log-prob score (None: all)."})
+    kind: ObjectiveKind = field(
+        default="pareto",
+        metadata={"help": "'pareto': maximise mean and worst position (NSGA-II); 'weighted': one fitness."},
+    )
+    position_weights: tuple[float, ...] | None = field(
+        default=None, metadata={"help": "Weights of the gold positions in the weighted fitness (default equal)."}
+    )
+    worst_weight: float = field(default=0.5, metadata={"help": "Weight w of the worst position in the fitness."})
+
+    def __post_init__(self) -> None:
+        if self.score not in SCORE_KINDS:
+            raise ValueError(f"score must be one of {SCORE_KINDS}, got {self.score!r}")
+        if self.kind not in OBJECTIVE_KINDS:
+            raise ValueError(f"objective must be one of {OBJECTIVE_KINDS}, got {self.kind!r}")
+        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1):
+            raise ValueError(f"k must be an integer >= 1 or None, got {self.k!r}")
+        if not 0.0 <= self.worst_weight <= 1.0:
+            raise ValueError(f"worst_weight must be in [0, 1], got {self.worst_weight}")
+        if self.position_weights is not None:
+            weights = np.asarray(self.position_weights, dtype=np.float64)
+            if weights.ndim != 1 or not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
+                raise ValueError(
+                    f"position_weights must be non-negative with a positive sum, got {self.position_weights}"
+                )
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the objective values, in order."""
+        return ["mean", "worst"] if self.kind == "pareto" else ["fitness"]
+
+    @property
+    def directions(self) -> list[str]:
+        """Optuna directions (every objective is maximised)."""
+        return ["maximize"] * len(self.names)
+
+    def values(self, by_position: Mapping[int, float]) -> tuple[float, ...]:
+        """Objective values of per-position mean scores (positions in increasing order)."""
+        means = np.array([by_position[p] for p in sorted(by_position)], dtype=np.float64)
+        if means.size == 0:
+            raise ValueError("no gold position was scored")
+        if self.kind == "pareto":
+            return float(means.mean()), float(means.min())
+        weights = np.ones_like(means) if self.position_weights is None else np.asarray(self.position_weights, float)
+        if weights.shape != means.shape:
+            raise ValueError(f"{len(weights)} position weights for {len(means)} gold positions")
+        weighted = float((weights * means).sum() / weights.sum())
+        return ((1.0 - self.worst_weight) * weighted + self.worst_weight * float(means.min()),)
+
+    def summary(self, by_position: Mapping[int, float]) -> dict[str, float]:
+        """``{"mean", "worst"}`` (always) plus ``"fitness"`` for the weighted objective."""
+        means = [by_position[p] for p in sorted(by_position)]
+        out = {"mean": float(np.mean(means)), "worst": float(np.min(means))}
+        if self.kind == "weighted":
+            out["fitness"] = self.values(by_position)[0]
+        return out
+
+
+def position_means(positions: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> dict[int, float]:
+    """``{position: mean score}`` in increasing position order."""
+    positions = np.asarray(positions)
+    scores = np.asarray(scores, dtype=np.float64)
+    if positions.shape != scores.shape:
+        raise ValueError(f"{scores.shape} scores for {positions.shape} positions")
+    return {int(p): float(scores[positions == p].mean()) for p in np.unique(positions)}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# constraints on the factors
+# --------------------------------------------------------------------------------------------------------------
+
+_LAYER_BOUND = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+))?\s*:\s*([^:]+?)\s*:\s*([^:]+?)\s*$")
+
+
+@dataclass(frozen=True)
+class LayerBound:
+    """Layers ``first..last`` (inclusive) must have factors in ``[low, high]``."""
+
+    first: int
+    last: int
+    low: float
+    high: float
+
+    @classmethod
+    def parse(cls, text: str) -> LayerBound:
+        """``"FIRST-LAST:LOW:HIGH"`` or ``"LAYER:LOW:HIGH"``, e.g. ``"25-29:1.0:1.0"`` keeps the last five at 1."""
+        match = _LAYER_BOUND.match(text)
+        if match is None:
+            raise ValueError(f"layer bound {text!r} is not FIRST-LAST:LOW:HIGH (e.g. '0-4:1.0:1.2')")
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        try:
+            low, high = float(match.group(3)), float(match.group(4))
+        except ValueError:
+            raise ValueError(f"layer bound {text!r}: LOW and HIGH must be numbers") from None
+        return cls(first, last, low, high)
+
+    def __post_init__(self) -> None:
+        if self.first < 0 or self.last < self.first:
+            raise ValueError(f"layer bound {self}: need 0 <= first <= last")
+        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
+            raise ValueError(f"layer bound {self}: need finite low <= high")
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}:{self.low:g}:{self.high:g}"
+
+
+@dataclass(frozen=True)
+class FactorConstraints:
+    """Every constraint that depends on the factors alone (cheap: no forward pass).
+
+    Values, in :meth:`names` order: ``s_min - min(f)``, ``max(f) - s_max``, (free x mode) the control xs' disorder,
+    per layer bound ``low - min(f[first..last])`` and ``max(f[first..last]) - high``, ``max |f[l+1] - f[l]| -
+    max_step`` and each user callable ``c(factors)``. The bound values are lowered by :data:`FACTOR_TOLERANCE`.
+    A curve whose control ys are all equal gives exactly that factor on every layer.
+    """
+
+    space: BezierSpace
+    num_layers: int
+    layer_bounds: tuple[LayerBound, ...] = ()
+    max_step: float | None = None
+    user: tuple[UserConstraint, ...] = ()
+
+    def names(self) -> list[str]:
+        """One name per constraint value."""
+        names = ["factor >= s_min", "factor <= s_max"]
+        if self.space.x_mode == "free":
+            names.append("control xs ordered")
+        for bound in self.layer_bounds:
+            names += [
+                f"layers {bound.first}-{bound.last} >= {bound.low:g}",
+                f"layers {bound.first}-{bound.last} <= {bound.high:g}",
+            ]
+        if self.max_step is not None:
+            names.append(f"step between layers <= {self.max_step:g}")
+        names += [f"user constraint {getattr(c, '__name__', i)}" for i, c in enumerate(self.user)]
+        return names
+
+    def check_feasible_space(self) -> None:
+        """Raise ``ValueError`` when the bounds leave no factor set at all (checked before any model work)."""
+        if self.max_step is not None and not self.max_step >= 0:
+            raise ValueError(f"max_step must be >= 0, got {self.max_step}")
+        low = np.full(self.num_layers, self.space.s_min)
+        high = np.full(self.num_layers, self.space.s_max)
+        for bound in self.layer_bounds:
+            if bound.last >= self.num_layers:
+                raise ValueError(
+                    f"layer bound {bound} names layer {bound.last}, but the model has {self.num_layers} layers "
+                    f"(0..{self.num_layers - 1})"
+                )
+            low[bound.first : bound.last + 1] = np.maximum(low[bound.first : bound.last + 1], bound.low)
+            high[bound.first : bound.last + 1] = np.minimum(high[bound.first : bound.last + 1], bound.high)
+        empty = np.flatnonzero(low > high)
+        if empty.size:
+            layer = int(empty[0])
+            raise ValueError(
+                f"the bounds leave no factor for layer {layer}: it must be >= {low[layer]:g} and <= {high[layer]:g} "
+                f"(s_min={self.space.s_min:g}, s_max={self.space.s_max:g}, layer bounds "
+                f"{[str(b) for b in self.layer_bounds]}); the search space is empty"
+            )
+        if self.max_step is not None:
+            # the tightest neighbours: a step of at least low[l+1] - high[l] (or low[l] - high[l+1]) is forced
+            forced = np.maximum(low[1:] - high[:-1], low[:-1] - high[1:])
+            if forced.size and forced.max() > self.max_step + 1e-12:
+                layer = int(np.argmax(forced))
+                raise ValueError(
+                    f"the layer bounds force a step of {forced[layer]:g} between layers {layer} and {layer + 1}, "
+                    f"more than max_step={self.max_step:g}; the search space is empty"
+                )
+
+    def evaluate(self, control_points: np.ndarray) -> tuple[np.ndarray | None, list[float]]:
+        """Factors (None when the control xs are out of order, so no curve is defined) and constraint values."""
+        cp = np.asarray(control_points, dtype=np.float64)
+        values = self.space.constraint_values(cp, self.num_layers)
+        ordered = self.space.x_mode == "fixed" or values[2] <= 0
+        factors = factors_from_control_points(cp, self.num_layers, self.space.x_mode) if ordered else None
+        extra = len(self.names()) - len(values)
+        values[0] -= FACTOR_TOLERANCE
+        values[1] -= FACTOR_TOLERANCE
+        if factors is None:
+            return None, values + [0.0] * extra
+        if np.all(cp[:, 1] == cp[0, 1]):  # a constant curve: exactly that value (Bernstein sums round to 1 +- ulp)
+            factors = np.full(self.num_layers, cp[0, 1])
+        values[0] = float(self.space.s_min - factors.min()) - FACTOR_TOLERANCE
+        values[1] = float(factors.max() - self.space.s_max) - FACTOR_TOLERANCE
+        for bound in self.layer_bounds:
+            part = factors[bound.first : bound.last + 1]
+            values += [
+                float(bound.low - part.min()) - FACTOR_TOLERANCE,
+                float(part.max() - bound.high) - FACTOR_TOLERANCE,
+            ]
+        if self.max_step is not None:
+            values.append(float(np.abs(np.diff(factors)).max() - self.max_step) if factors.size > 1 else -self.max_step)
+        for constraint in self.user:
+            value = float(constraint(factors.copy()))
+            if math.isnan(value):
+                raise ValueError(f"user constraint {constraint!r} returned NaN")
+            values.append(value)
+        return factors, values
+
+
+def perplexity_constraint(nll: float, base_nll: float, max_increase: float) -> float:
+    """``ppl / base_ppl - 1 - max_increase`` with ``ppl = exp(nll)``: feasible (<= 0) when perplexity rises by at
+    most the fraction ``max_increase``."""
+    return float(math.exp(nll - base_nll) - 1.0 - max_increase)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# scoring one factor set
+# --------------------------------------------------------------------------------------------------------------
+
+
+def truncate_targets(task: TokenizedTask, k: int | None) -> TokenizedTask:
+    """A copy of ``task`` whose teacher-forced targets keep only their first ``k`` tokens.
+
+    The log-prob of the first ``k`` tokens depends only on the tokens before them (causal attention), so the
+    scores are the same while every continuation is shorter; greedy generation is untouched (it reads the
+    prompt tokens). Prefix groups stay valid: a group's shared part never reaches into a target.
+    """
+    if k is None:
+        return task
+    full = [ids[: start + k] for ids, start in zip(task.full_ids, task.target_start, strict=True)]
+    return replace(task, full_ids=full)
+
+
+@dataclass
+class Scored:
+    """Scores of one factor set on one tokenised sample set."""
+
+    per_sample: np.ndarray
+    by_position: dict[int, float]
+    seconds: float
+    logprobs: TokenLogprobs | None = None
+    predictions: list[str] | None = None
+
+
+class Evaluator:
+    """Scores factor sets on tokenised samples with one model, swapping factors in place.
+
+    Args:
+        model: a ``PeftModel`` with an LRS adapter (made once per worker with ``get_peft_model``).
+        spec: the score kind and ``k``.
+        judge: the task's greedy rule (``task.is_correct``), needed for ``score="accuracy"``.
+        batch_size, max_batch_tokens: passed to the scoring functions.
+        perplexity: tokenised text windows for the perplexity guard (optional).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        spec: ObjectiveSpec,
+        *,
+        judge: Callable[[str, Any], bool] | None = None,
+        batch_size: int = 4,
+        max_batch_tokens: int = 4096,
+        perplexity: TokenizedTask | None = None,
+    ) -> None:
+        if spec.score == "accuracy" and judge is None:
+            raise ValueError("score='accuracy' needs the task's greedy rule (judge)")
+        self.model = model
+        self.spec = spec
+        self.judge = judge
+        self.batch_size = batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.perplexity = perplexity
+
+    def set_factors(self, factors: Sequence[float] | np.ndarray) -> None:
+        """Swap the factors into the model (no re-injection)."""
+        rope_adapter.set_factors(self.model, [float(f) for f in factors])
+
+    def score(
+        self, factors: Sequence[float] | np.ndarray, task: TokenizedTask, *, keep_logprobs: bool = False
+    ) -> Scored:
+        """Per-sample scores of ``factors`` on ``task`` (log-prob of the first k tokens, or 0/1 accuracy)."""
+        self.set_factors(factors)
+        start = time.perf_counter()
+        logprobs = predictions = None
+        with torch.inference_mode():
+            if self.spec.score == "logprob":
+                logprobs = token_logprobs(
+                    self.model, task, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
+                )
+                per_sample = logprobs.mean(self.spec.k)
+            else:
+                result = greedy_accuracy(
+                    self.model, task, self.judge, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
+                )
+                per_sample = result.correct.astype(np.float64)
+                predictions = result.predictions
+        seconds = time.perf_counter() - start
+        return Scored(
+            per_sample=per_sample,
+            by_position=position_means(task.positions, per_sample),
+            seconds=seconds,
+            logprobs=logprobs if keep_logprobs else None,
+            predictions=predictions,
+        )
+
+    def accuracy(self, factors: Sequence[float] | np.ndarray, task: TokenizedTask, judge: Callable) -> Scored:
+        """Greedy accuracy of ``factors`` on ``task`` whatever the search score is (for held-out reports)."""
+        self.set_factors(factors)
+        start = time.perf_counter()
+        with torch.inference_mode():
+            result = greedy_accuracy(
+                self.model, task, judge, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
+            )
+        per_sample = result.correct.astype(np.float64)
+        return Scored(
+            per_sample,
+            position_means(task.positions, per_sample),
+            time.perf_counter() - start,
+            None,
+            result.predictions,
+        )
+
+    def nll(self, factors: Sequence[float] | np.ndarray) -> float:
+        """Mean negative log-likelihood per token of the perplexity text (``exp`` of it is the perplexity)."""
+        if self.perplexity is None:
+            raise ValueError("no perplexity text was given to this evaluator")
+        self.set_factors(factors)
+        with torch.inference_mode():
+            logprobs = token_logprobs(
+                self.model, self.perplexity, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
+            )
+        tokens = np.concatenate(logprobs.values)
+        return float(-tokens.mean())

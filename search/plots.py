@@ -1,0 +1,149 @@
+"""Figures of a search report (matplotlib's Agg canvas: no display, no global backend change).
+
+- ``pareto.png``: every scored trial (mean score over positions vs worst position), the Pareto front, the
+  baselines and the chosen trial;
+- ``factors.png``: the found factors by layer with the Bezier control points, the best uniform factor and 1;
+- ``positions.png``: held-out score by gold position for base, best uniform and found (± standard error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(str(path), dpi=120)
+
+
+def _score_label(report: Mapping[str, Any]) -> str:
+    task = report["task"]
+    if task["score"] == "logprob":
+        return f"mean log-prob of the first {task['k']} answer tokens" if task["k"] else "mean answer log-prob"
+    return "greedy accuracy"
+
+
+def plot_pareto(report: Mapping[str, Any], path: str | Path) -> None:
+    """Mean vs worst position score of every scored feasible trial; front, baselines and choice highlighted."""
+    fig = Figure(figsize=(6.4, 4.8))
+    ax = fig.add_subplot()
+    trials = [t for t in report["trials"] if t["evaluated"] and t["feasible"] and t["objectives"]]
+    front = set(report["pareto_front"])
+    searched = [t for t in trials if t["baseline"] is None]
+    if searched:
+        ax.scatter(
+            [t["objectives"]["mean"] for t in searched],
+            [t["objectives"]["worst"] for t in searched],
+            s=14,
+            color="0.6",
+            label="searched trials",
+        )
+    pts = sorted((t["objectives"]["mean"], t["objectives"]["worst"]) for t in trials if t["number"] in front)
+    if pts:
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], "-o", color="tab:red", ms=5, lw=1.2, label="Pareto front")
+    for t in trials:
+        if t["baseline"] == "base":
+            ax.scatter(
+                [t["objectives"]["mean"]],
+                [t["objectives"]["worst"]],
+                marker="s",
+                s=50,
+                color="black",
+                label="base (all 1)",
+                zorder=3,
+            )
+        elif t["baseline"] == "uniform":
+            ax.scatter(
+                [t["objectives"]["mean"]], [t["objectives"]["worst"]], marker="^", s=40, color="tab:blue", zorder=3
+            )
+            ax.annotate(
+                f"{t['uniform']:g}",
+                (t["objectives"]["mean"], t["objectives"]["worst"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+    chosen = report.get("chosen")
+    if chosen and chosen.get("objectives"):
+        ax.scatter(
+            [chosen["objectives"]["mean"]],
+            [chosen["objectives"]["worst"]],
+            marker="*",
+            s=160,
+            color="gold",
+            edgecolor="black",
+            zorder=4,
+            label=f"chosen (trial {chosen['number']})",
+        )
+    ax.scatter([], [], marker="^", color="tab:blue", label="uniform factors")
+    study = report["study"]
+    ax.set_title(f"{study['evaluated']} scored trials, {study['infeasible']} infeasible (not scored)", fontsize=10)
+    ax.set_xlabel(f"mean over gold positions ({_score_label(report)})", fontsize=8)
+    ax.set_ylabel("worst gold position", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(alpha=0.3)
+    _save(fig, Path(path))
+
+
+def plot_factors(report: Mapping[str, Any], path: str | Path) -> None:
+    """Found factors by layer with the control points (at depth x * (L - 1)), best uniform and 1."""
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    layers = report["model"]["num_layers"]
+    x = np.arange(layers)
+    s = report["settings"]
+    ax.axhspan(s["s_min"], s["s_max"], color="tab:green", alpha=0.06, label="allowed factors")
+    ax.axhline(1.0, color="black", lw=1, label="base (1)")
+    for t in report["trials"]:
+        if t["number"] in report["pareto_front"] and t["factors"] and t["baseline"] is None:
+            ax.plot(x, t["factors"], color="0.75", lw=0.8)
+    uniform = report["baselines"].get("best_uniform")
+    if uniform:
+        ax.axhline(uniform["uniform"], color="tab:blue", ls="--", lw=1, label=f"best uniform ({uniform['uniform']:g})")
+    chosen = report.get("chosen")
+    if chosen and chosen.get("factors"):
+        ax.plot(x, chosen["factors"], "-o", color="tab:red", ms=3, label=f"found (trial {chosen['number']})")
+        cp = np.asarray(chosen["control_points"], dtype=float)
+        ax.plot(cp[:, 0] * (layers - 1), cp[:, 1], ":s", color="tab:orange", ms=6, lw=1, label="control points")
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel("RoPE scaling factor")
+    ax.set_title("factors by layer (grey: other Pareto trials)", fontsize=10)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    _save(fig, Path(path))
+
+
+def plot_positions(report: Mapping[str, Any], path: str | Path) -> None:
+    """Held-out score by gold position, with the paired standard error of each difference to base as error bar."""
+    holdout = report["holdout"]
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    colors = {"base": "black", "best_uniform": "tab:blue", "found": "tab:red"}
+    for name, cfg in holdout["configs"].items():
+        positions = sorted(int(p) for p in cfg["by_position"])
+        means = [cfg["by_position"][str(p)] for p in positions]
+        err = None
+        key = f"{name}-base"
+        if key in holdout["differences"]:
+            err = [holdout["differences"][key]["by_position"][str(p)]["se"] or 0.0 for p in positions]
+        label = {
+            "base": "base (all 1)",
+            "best_uniform": f"best uniform ({cfg.get('uniform')})",
+            "found": f"found (trial {cfg.get('trial')})",
+        }[name]
+        ax.errorbar(positions, means, yerr=err, marker="o", capsize=3, color=colors[name], label=label)
+    ax.set_xlabel("gold position")
+    ax.set_ylabel(_score_label(report), fontsize=8)
+    ax.set_title(
+        f"held-out: {holdout['records']} records (error bars: paired SE of the difference to base)", fontsize=9
+    )
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    _save(fig, Path(path))

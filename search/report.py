@@ -1,0 +1,641 @@
+"""The search report: every trial, the Pareto front, the baselines, the chosen trial and the held-out comparison.
+
+Pure functions over trial records (plain dicts), plus :func:`add_holdout`, which scores the base model, the best
+uniform factor and the found factors on the held-out records, and :func:`write_outputs`, which writes
+``search_report.json``, ``search_report.md`` and the figures.
+
+Held-out statistics are paired (every configuration is scored on the same samples):
+
+- per gold position: mean difference of the per-sample scores and its standard error ``sd(d) / sqrt(n)``;
+- mean over positions: each record's mean over its positions, differenced, so samples of one record (which share
+  their context) count once: mean and ``sd / sqrt(records)``;
+- worst position: the difference of the worst position means, with a bootstrap standard error over records
+  (seeded, 2000 resamples).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .objective import ObjectiveSpec
+
+if TYPE_CHECKING:
+    from .study import SearchSettings, Worker
+
+REPORT_NAME = "search_report.json"
+SUMMARY_NAME = "search_report.md"
+BOOTSTRAP_SAMPLES = 2000
+
+
+# --------------------------------------------------------------------------------------------------------------
+# trial records
+# --------------------------------------------------------------------------------------------------------------
+
+
+def trial_record(trial: Any) -> dict[str, Any]:
+    """A plain dict of an Optuna trial (FrozenTrial) of this search."""
+    from .study import BASELINE_ATTR, TRIAL_ATTR
+
+    info = dict(trial.user_attrs.get(TRIAL_ATTR) or {})
+    constraints = info.get("constraints")
+    evaluated = bool(info.get("evaluated")) and trial.state.name == "COMPLETE"
+    values = None
+    if evaluated and trial.values is not None:
+        values = [float(v) for v in trial.values]
+    duration = None
+    if trial.datetime_start is not None and trial.datetime_complete is not None:
+        duration = (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "baseline": trial.user_attrs.get(BASELINE_ATTR),
+        "uniform": trial.user_attrs.get("uniform"),
+        "params": dict(trial.params),
+        "control_points": info.get("control_points"),
+        "factors": info.get("factors"),
+        "constraints": constraints,
+        "feasible": constraints is not None and all(c <= 0 for c in constraints),
+        "evaluated": evaluated,
+        "values": values,
+        "objectives": info.get("objectives"),
+        "by_position": info.get("by_position"),
+        "sample_scores": info.get("sample_scores"),
+        "perplexity": info.get("perplexity"),
+        "eval_seconds": info.get("eval_seconds"),
+        "seconds": info.get("seconds"),
+        "duration_seconds": duration,
+        "worker": info.get("worker"),
+        "datetime_start": None if trial.datetime_start is None else trial.datetime_start.isoformat(),
+        "datetime_complete": None if trial.datetime_complete is None else trial.datetime_complete.isoformat(),
+    }
+
+
+def _usable(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in records if r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"]]
+
+
+def select_key(record: Mapping[str, Any], spec: ObjectiveSpec, select: str) -> tuple[float, ...]:
+    """Sort key (larger is better) of a usable trial under a selection rule."""
+    obj = record["objectives"]
+    if spec.kind == "weighted":
+        return (obj["fitness"], obj["mean"])
+    if select == "worst":
+        return (obj["worst"], obj["mean"])
+    if select == "balanced":
+        return (obj["mean"] + obj["worst"], obj["mean"])
+    return (obj["mean"], obj["worst"])
+
+
+def pareto_front(records: Sequence[Mapping[str, Any]], spec: ObjectiveSpec) -> list[int]:
+    """Numbers of the feasible evaluated trials no other one dominates (single objective: the best ones)."""
+    usable = _usable(records)
+    if not usable:
+        return []
+    if spec.kind == "weighted":
+        best = max(r["objectives"]["fitness"] for r in usable)
+        return sorted(r["number"] for r in usable if r["objectives"]["fitness"] == best)
+    points = [(r["number"], r["objectives"]["mean"], r["objectives"]["worst"]) for r in usable]
+    front = []
+    for number, mean, worst in points:
+        dominated = any((m >= mean and w >= worst) and (m > mean or w > worst) for n, m, w in points if n != number)
+        if not dominated:
+            front.append(number)
+    return sorted(front)
+
+
+def choose(
+    records: Sequence[Mapping[str, Any]], spec: ObjectiveSpec, select: str
+) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    """(found, best uniform, base) trials on the search set.
+
+    ``found`` is the best searched (non-baseline) trial on the Pareto front under ``select``; only when the study
+    holds no searched trial is it the best baseline. ``best uniform`` is the best enqueued uniform factor.
+    """
+    usable = _usable(records)
+    front = set(pareto_front(records, spec))
+    searched = [r for r in usable if r["baseline"] is None]
+    pool = [r for r in searched if r["number"] in front] or searched or usable
+    found = max(pool, key=lambda r: select_key(r, spec, select)) if pool else None
+    uniforms = [r for r in usable if r["baseline"] == "uniform"]
+    best_uniform = max(uniforms, key=lambda r: select_key(r, spec, select)) if uniforms else None
+    base = next((r for r in records if r["baseline"] == "base" and r["state"] == "COMPLETE"), None)
+    return found, best_uniform, base
+
+
+# --------------------------------------------------------------------------------------------------------------
+# paired statistics
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _se(values: np.ndarray) -> float | None:
+    return float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None
+
+
+def paired_difference(
+    a: np.ndarray,
+    b: np.ndarray,
+    positions: np.ndarray,
+    record_ids: Sequence[str],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """``a - b`` per position, for the mean over positions and for the worst position (see the module docstring)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    positions = np.asarray(positions)
+    diff = a - b
+    levels = np.unique(positions)
+    by_position = {}
+    for p in levels:
+        d = diff[positions == p]
+        by_position[str(int(p))] = {"diff": float(d.mean()), "se": _se(d), "n": int(len(d))}
+    records = list(dict.fromkeys(record_ids))
+    index = {r: i for i, r in enumerate(records)}
+    rows = np.array([index[r] for r in record_ids])
+    # per record and position (records missing a position are skipped by nanmean)
+    grid_a = np.full((len(records), len(levels)), np.nan)
+    grid_b = np.full((len(records), len(levels)), np.nan)
+    cols = np.searchsorted(levels, positions)
+    grid_a[rows, cols] = a
+    grid_b[rows, cols] = b
+    record_diff = np.nanmean(grid_a, axis=1) - np.nanmean(grid_b, axis=1)
+    worst = float(np.nanmin(np.nanmean(grid_a, axis=0)) - np.nanmin(np.nanmean(grid_b, axis=0)))
+    rng = np.random.default_rng(seed)
+    boots = []
+    for _ in range(BOOTSTRAP_SAMPLES if len(records) > 1 else 0):
+        pick = rng.integers(0, len(records), len(records))
+        with np.errstate(all="ignore"), _ignore_nan_warnings():
+            boots.append(np.nanmin(np.nanmean(grid_a[pick], axis=0)) - np.nanmin(np.nanmean(grid_b[pick], axis=0)))
+    boots_arr = np.array([x for x in boots if np.isfinite(x)])
+    return {
+        "by_position": by_position,
+        "mean": {"diff": float(record_diff.mean()), "se": _se(record_diff), "n_records": len(records)},
+        "worst": {"diff": worst, "se_bootstrap": float(boots_arr.std(ddof=1)) if len(boots_arr) > 1 else None},
+    }
+
+
+class _ignore_nan_warnings:
+    def __enter__(self) -> None:
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore", RuntimeWarning)
+
+    def __exit__(self, *exc: object) -> None:
+        self._ctx.__exit__(*exc)
+
+
+def describe_difference(name: str, d: Mapping[str, Any]) -> str:
+    """``"found - base: +0.052 ± 0.021 (2.5 SE)"``."""
+    se = d.get("se")
+    if se is None or se == 0:
+        return f"{name}: {d['diff']:+.4f}"
+    return f"{name}: {d['diff']:+.4f} ± {se:.4f} ({d['diff'] / se:+.1f} SE)"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the report
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _config_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {
+        "trial": record["number"],
+        "baseline": record["baseline"],
+        "uniform": record["uniform"],
+        "factors": record["factors"],
+        "control_points": record["control_points"],
+        "objectives": record["objectives"],
+        "by_position": record["by_position"],
+        "perplexity": record["perplexity"],
+    }
+
+
+def build_report(
+    *,
+    settings: SearchSettings,
+    worker: Worker,
+    trials: Sequence[Any],
+    constraint_names: Sequence[str],
+    storage: str,
+    sampler_seed: int | None,
+    search_seconds: float,
+    trials_this_run: int,
+) -> dict[str, Any]:
+    """Everything about the study except the held-out results (see :func:`add_holdout`)."""
+    from .study import settings_dict
+
+    spec = settings.objective_spec()
+    records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
+    found, best_uniform, base = choose(records, spec, settings.select)
+    front = pareto_front(records, spec)
+    complete = [r for r in records if r["state"] == "COMPLETE"]
+    evaluated = [r for r in complete if r["evaluated"]]
+    eval_seconds = [r["eval_seconds"] for r in evaluated if r["eval_seconds"] is not None]
+    starts = [r["datetime_start"] for r in complete if r["datetime_start"]]
+    ends = [r["datetime_complete"] for r in complete if r["datetime_complete"]]
+    span = None
+    if starts and ends:
+        from datetime import datetime
+
+        span = (datetime.fromisoformat(max(ends)) - datetime.fromisoformat(min(starts))).total_seconds()
+    n_samples = len(worker.search)
+    timing = {
+        "search_seconds_this_run": search_seconds,
+        "trials_this_run": trials_this_run,
+        "trials_per_minute_this_run": trials_this_run / (search_seconds / 60) if search_seconds > 0 else None,
+        "study_span_seconds": span,
+        "trials_per_minute_study": len(complete) / (span / 60) if span else None,
+        "evaluated_trials_per_minute_study": len(evaluated) / (span / 60) if span else None,
+        "median_eval_seconds": float(np.median(eval_seconds)) if eval_seconds else None,
+        "seconds_per_scored_sample": float(np.median(eval_seconds)) / n_samples if eval_seconds else None,
+        "search_samples": n_samples,
+        "search_records": settings.search_records,
+        "tokens_per_trial": worker.search.token_counts(),
+        "workers": settings.workers,
+        "device": worker.device,
+        "dtype": worker.dtype,
+    }
+    chosen = None
+    if found is not None:
+        chosen = {
+            "number": found["number"],
+            "baseline": found["baseline"],
+            "factors": found["factors"],
+            "control_points": found["control_points"],
+            "objectives": found["objectives"],
+            "by_position": found["by_position"],
+            "on_pareto_front": found["number"] in front,
+            "select": settings.select if spec.kind == "pareto" else "fitness",
+        }
+    search_comparison = {}
+    if found is not None:
+        positions = worker.search.positions
+        ids = [s.record_id for s in worker.search.samples]
+        for name, other in (("base", base), ("best_uniform", best_uniform)):
+            if other is not None and other.get("sample_scores") and found.get("sample_scores"):
+                search_comparison[f"found-{name}"] = paired_difference(
+                    np.array(found["sample_scores"]), np.array(other["sample_scores"]), positions, ids, settings.seed
+                )
+    return {
+        "format": "rope-adapter search report 1",
+        "settings": settings_dict(settings),
+        "model": {
+            "name": settings.model,
+            "num_layers": worker.num_layers,
+            "base_model_name_or_path": worker.model.peft_config["default"].base_model_name_or_path,
+        },
+        "study": {
+            "name": settings.study,
+            "storage": storage,
+            "sampler": f"NSGAIISampler(population_size={settings.population})",
+            "sampler_seed_main_worker": sampler_seed,
+            "seed": settings.seed,
+            "objectives": spec.names,
+            "constraint_names": list(constraint_names),
+            "trials": len(records),
+            "complete": len(complete),
+            "evaluated": len(evaluated),
+            "infeasible": sum(1 for r in complete if not r["feasible"]),
+            "failed": sum(1 for r in records if r["state"] == "FAIL"),
+            "running": sum(1 for r in records if r["state"] == "RUNNING"),
+        },
+        "task": task_summary(settings, worker),
+        "timing": timing,
+        "baselines": {
+            "base": _config_summary(base),
+            "best_uniform": _config_summary(best_uniform),
+            "uniform": [_config_summary(r) for r in records if r["baseline"] == "uniform"],
+        },
+        "pareto_front": front,
+        "chosen": chosen,
+        "search_comparison": search_comparison,
+        "trials": records,
+    }
+
+
+def task_summary(settings: SearchSettings, worker: Worker) -> dict[str, Any]:
+    """The task part of the report and the adapter's provenance."""
+    positions = sorted({int(p) for p in worker.search.positions})
+    return {
+        "name": settings.task_name,
+        "data": settings.data if settings.data else "generated",
+        "pairs": settings.pairs if settings.task_name == "kv_retrieval" else None,
+        "positions": positions,
+        "search_records": settings.search_records,
+        "holdout_records": settings.holdout_records,
+        "data_seed": settings.data_seed,
+        "score": settings.score,
+        "k": settings.k if settings.score == "logprob" else None,
+        "chat_template": settings.chat_template,
+        "options": dict(settings.task_options),
+    }
+
+
+def add_holdout(report: dict[str, Any], worker: Worker) -> None:
+    """Score base (all ones), best uniform and found factors on the held-out records and add the comparison."""
+    import time
+
+    from .scoring import select_k
+
+    if worker.holdout is None:
+        report["holdout"] = None
+        return
+    start = time.time()
+    settings = worker.settings
+    layers = worker.num_layers
+    configs: dict[str, list[float]] = {"base": [1.0] * layers}
+    best_uniform = report["baselines"]["best_uniform"]
+    if best_uniform is not None:
+        configs["best_uniform"] = [float(best_uniform["uniform"])] * layers
+    configs["found"] = list(report["chosen"]["factors"])
+    task = worker.holdout
+    positions = task.positions
+    ids = [s.record_id for s in task.samples]
+    scores: dict[str, np.ndarray] = {}
+    accuracy: dict[str, np.ndarray] = {}
+    out: dict[str, Any] = {
+        "records": len(set(ids)),
+        "samples": len(task),
+        "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
+        "score": settings.score,
+        "k": settings.k if settings.score == "logprob" else None,
+        "configs": {},
+    }
+    for name, factors in configs.items():
+        scored = worker.evaluator.score(factors, task, keep_logprobs=True)
+        scores[name] = scored.per_sample
+        entry = {
+            "factors": factors,
+            "by_position": {str(p): v for p, v in scored.by_position.items()},
+            "mean": float(np.mean(list(scored.by_position.values()))),
+            "worst": float(np.min(list(scored.by_position.values()))),
+            "seconds": scored.seconds,
+        }
+        if name == "best_uniform":
+            entry["uniform"] = best_uniform["uniform"]
+        if name == "found":
+            entry["trial"] = report["chosen"]["number"]
+        if scored.logprobs is not None:
+            entry["mean_logprob_all_answer_tokens"] = position_dict(positions, scored.logprobs.mean(None))
+            if name == "base":
+                selection = select_k(scored.logprobs, max_k=8)
+                out["k_selection"] = {
+                    "best_k": selection.k,
+                    "f_statistic": {str(k): v for k, v in selection.f_statistic.items()},
+                    "position_means": {
+                        str(k): {str(p): m for p, m in v.items()} for k, v in selection.position_means.items()
+                    },
+                }
+        if settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation:
+            acc = worker.evaluator.accuracy(factors, task, worker.task.is_correct)
+            accuracy[name] = acc.per_sample
+            entry["accuracy_by_position"] = {str(p): v for p, v in acc.by_position.items()}
+        if worker.base_nll is not None:
+            entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
+        out["configs"][name] = entry
+    differences = {}
+    for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
+        if a in scores and b in scores:
+            differences[f"{a}-{b}"] = paired_difference(scores[a], scores[b], positions, ids, settings.seed)
+            if a in accuracy and b in accuracy:
+                differences[f"{a}-{b}"]["accuracy"] = paired_difference(
+                    accuracy[a], accuracy[b], positions, ids, settings.seed
+                )
+    out["differences"] = differences
+    out["verdict"] = holdout_verdict(out)
+    out["seconds"] = time.time() - start
+    report["holdout"] = out
+
+
+def position_dict(positions: np.ndarray, values: np.ndarray) -> dict[str, float]:
+    """``{str(position): mean}``."""
+    return {str(int(p)): float(values[positions == p].mean()) for p in np.unique(positions)}
+
+
+def holdout_verdict(holdout: Mapping[str, Any]) -> str:
+    """One honest sentence about the held-out mean: does the found curve beat base and best uniform?"""
+    diffs = holdout["differences"]
+    parts = []
+    for key, label in (("found-base", "the unscaled model"), ("found-best_uniform", "the best uniform factor")):
+        if key not in diffs:
+            continue
+        d = diffs[key]["mean"]
+        se = d["se"] or 0.0
+        if se > 0 and d["diff"] > 2 * se:
+            word = "beat"
+        elif se > 0 and d["diff"] < -2 * se:
+            word = "are worse than"
+        elif d["diff"] > 0:
+            word = "are ahead of, but within 2 SE of,"
+        elif d["diff"] < 0:
+            word = "are behind, but within 2 SE of,"
+        else:
+            word = "equal"
+        parts.append(f"{word} {label} ({describe_difference('diff', d).split(': ', 1)[1]})")
+    if not parts:
+        return "no comparison"
+    return "On the held-out records the found factors " + " and ".join(parts) + " in mean score over positions."
+
+
+def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The adapter's provenance: curve, study, task and scores."""
+    settings = report["settings"]
+    chosen = report["chosen"]
+    scores: dict[str, Any] = {
+        "objectives": report["study"]["objectives"],
+        "search": {"by_position": chosen["by_position"], **(chosen["objectives"] or {})},
+    }
+    holdout = report.get("holdout")
+    if holdout:
+        found = holdout["configs"]["found"]
+        scores["holdout"] = {
+            "by_position": found["by_position"],
+            "mean": found["mean"],
+            "worst": found["worst"],
+            "base_mean": holdout["configs"]["base"]["mean"],
+            "best_uniform_mean": holdout["configs"].get("best_uniform", {}).get("mean"),
+            "differences": {k: {"mean": v["mean"], "worst": v["worst"]} for k, v in holdout["differences"].items()},
+            "verdict": holdout["verdict"],
+        }
+    return {
+        "method": "bezier-nsga2",
+        "curve": {
+            "degree": settings["degree"],
+            "x_mode": settings["x_mode"],
+            "control_points": chosen["control_points"],
+            "s_min": settings["s_min"],
+            "s_max": settings["s_max"],
+        },
+        "study": {
+            "name": report["study"]["name"],
+            "storage": report["study"]["storage"],
+            "trial": chosen["number"],
+            "sampler": report["study"]["sampler"],
+            "seed": report["study"]["seed"],
+        },
+        "task": report["task"],
+        "scores": scores,
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _finite(obj: Any) -> Any:
+    """JSON-safe copy: NaN and infinities become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _finite(obj.item())
+    if isinstance(obj, np.ndarray):
+        return _finite(obj.tolist())
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_outputs(report: dict[str, Any], out: Path) -> Path:
+    """Write ``search_report.json`` (first, so that a plotting problem cannot lose it), the Markdown summary and
+    the figures; returns the JSON path."""
+    from . import plots
+
+    out = Path(out)
+    path = out / REPORT_NAME
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
+    (out / SUMMARY_NAME).write_text(markdown_summary(report))
+    plots.plot_pareto(report, out / "pareto.png")
+    plots.plot_factors(report, out / "factors.png")
+    if report.get("holdout"):
+        plots.plot_positions(report, out / "positions.png")
+    return path
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown_summary(report: Mapping[str, Any]) -> str:
+    """A short human-readable summary of the report."""
+    s = report["settings"]
+    study = report["study"]
+    timing = report["timing"]
+    task = report["task"]
+    lines = [
+        f"# Search report: {report['model']['name']} ({report['model']['num_layers']} layers)",
+        "",
+        f"- task: {task['name']} ({task['data']}), positions {task['positions']}, score {task['score']}"
+        + (f" (mean log-prob of the first {task['k']} answer tokens)" if task["k"] else "")
+        + f", {task['search_records']} search / {task['holdout_records']} held-out records",
+        f"- space: Bezier degree {s['degree']} ({s['x_mode']} xs), factors in [{s['s_min']}, {s['s_max']}]"
+        + (f", layer bounds {s['layer_bounds']}" if s["layer_bounds"] else "")
+        + (f", max step {s['max_step']}" if s["max_step"] is not None else "")
+        + (f", perplexity guard +{s['max_ppl_increase']:.0%}" if s["max_ppl_increase"] is not None else ""),
+        f"- study `{study['name']}` in `{study['storage']}`: {study['complete']} finished trials "
+        f"({study['evaluated']} scored, {study['infeasible']} infeasible and not scored, {study['failed']} failed), "
+        f"{study['sampler']}, seed {study['seed']}, {s['workers']} worker(s) on {timing['device']} ({timing['dtype']})",
+        f"- throughput: {_fmt(timing['trials_per_minute_this_run'], 2)} trials/min this run "
+        f"({timing['trials_this_run']} trials in {timing['search_seconds_this_run']:.0f} s), "
+        f"{_fmt(timing['evaluated_trials_per_minute_study'], 2)} scored trials/min over the study; "
+        f"{_fmt(timing['median_eval_seconds'], 1)} s per scored trial = "
+        f"{_fmt(timing['seconds_per_scored_sample'], 2)} s per scored sample "
+        f"({timing['search_samples']} samples, tokens per trial {timing['tokens_per_trial']})",
+        "",
+    ]
+    chosen = report.get("chosen")
+    base = report["baselines"]["base"]
+    uniform = report["baselines"]["best_uniform"]
+    positions = [str(p) for p in task["positions"]]
+    lines += [
+        "## Search set",
+        "",
+        "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
+    ]
+    lines.append("|---" * (len(positions) + 3) + "|")
+    for label, rec in (
+        ("base (all 1)", base),
+        (f"best uniform ({uniform['uniform'] if uniform else '–'})", uniform),
+        (f"found (trial {chosen['number'] if chosen else '–'})", chosen),
+    ):
+        if rec is None or not rec.get("by_position"):
+            continue
+        bp = rec["by_position"]
+        obj = rec["objectives"] or {}
+        lines.append(
+            f"| {label} | "
+            + " | ".join(_fmt(bp.get(p)) for p in positions)
+            + f" | {_fmt(obj.get('mean'))} | {_fmt(obj.get('worst'))} |"
+        )
+    holdout = report.get("holdout")
+    if holdout:
+        lines += [
+            "",
+            f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)",
+            "",
+            "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
+            "|---" * (len(positions) + 3) + "|",
+        ]
+        for name, cfg in holdout["configs"].items():
+            label = {
+                "base": "base (all 1)",
+                "best_uniform": f"best uniform ({cfg.get('uniform')})",
+                "found": f"found (trial {cfg.get('trial')})",
+            }[name]
+            bp = cfg["by_position"]
+            lines.append(
+                f"| {label} | "
+                + " | ".join(_fmt(bp.get(p)) for p in positions)
+                + f" | {_fmt(cfg['mean'])} | {_fmt(cfg['worst'])} |"
+            )
+        lines += [
+            "",
+            "Paired differences (± standard error; mean over positions paired by record, worst position with a bootstrap SE):",
+            "",
+        ]
+        lines.append("| difference | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |")
+        lines.append("|---" * (len(positions) + 3) + "|")
+        for key, d in holdout["differences"].items():
+            cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
+            w = d["worst"]
+            lines.append(
+                f"| {key} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
+                f"{w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
+            )
+        if any("accuracy_by_position" in c for c in holdout["configs"].values()):
+            lines += ["", "Greedy accuracy (the benchmark's rule):", ""]
+            for name, cfg in holdout["configs"].items():
+                if "accuracy_by_position" in cfg:
+                    acc = cfg["accuracy_by_position"]
+                    lines.append(
+                        f"- {name}: " + ", ".join(f"pos {p}: {acc.get(p, float('nan')):.2f}" for p in positions)
+                    )
+        if "k_selection" in holdout:
+            ks = holdout["k_selection"]
+            lines += [
+                "",
+                f"Which k separates the positions best (one-way ANOVA F on the base model): k = {ks['best_k']} "
+                f"(F by k: {', '.join(f'{k}: {v:.1f}' for k, v in ks['f_statistic'].items())}).",
+            ]
+        lines += ["", f"**{holdout['verdict']}**", ""]
+    if chosen is not None:
+        lines += ["## Found factors", "", "`" + " ".join(f"{f:.3f}" for f in chosen["factors"]) + "`", ""]
+    return "\n".join(lines) + "\n"
