@@ -54,19 +54,22 @@ def check_factors_tensor(tensor: torch.Tensor, num_layers: int, where: str) -> N
 
 
 def scaled_inv_freqs(inv_freq: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
-    """``inv_freq / s_l`` for every layer at once, shape ``[num_layers, len(inv_freq)]`` (frequencies, not tables)."""
-    return inv_freq.to(device=factors.device, dtype=torch.float)[None, :] / factors[:, None]
+    """``inv_freq / s_l`` for every layer at once, each row doubled like the rotary embedding's channels:
+    shape ``[num_layers, 2 * len(inv_freq)]`` (frequencies, not cos/sin tables; a few KB)."""
+    scaled = inv_freq.to(device=factors.device, dtype=torch.float)[None, :] / factors[:, None]
+    return torch.cat((scaled, scaled), dim=-1)
 
 
 def cos_sin(
-    positions: torch.Tensor, inv_freq: torch.Tensor, attention_scaling: float, dtype: torch.dtype
+    positions: torch.Tensor, doubled_inv_freq: torch.Tensor, attention_scaling: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' rotary forward for float ``positions`` (``position_ids[..., None].float()``), bit for bit.
 
-    Multiplying by an attention scaling of exactly 1.0 and casting to float32 are identities, so they are skipped.
+    ``doubled_inv_freq`` is ``cat(inv_freq, inv_freq)``: multiplying by it equals transformers'
+    ``cat(freqs, freqs)`` element for element, one operation fewer per layer. Multiplying by an attention scaling
+    of exactly 1.0 and casting to float32 are identities, so they are skipped.
     """
-    freqs = positions * inv_freq.to(positions.device)
-    emb = torch.cat((freqs, freqs), dim=-1)
+    emb = positions * doubled_inv_freq
     cos, sin = emb.cos(), emb.sin()
     if attention_scaling != 1.0:
         cos, sin = cos * attention_scaling, sin * attention_scaling
@@ -88,4 +91,4 @@ def layer_cos_sin(
     native linear scaling with factor s bit for bit.
     """
     scaled = inv_freq.to(device=position_ids.device, dtype=torch.float) / factor
-    return cos_sin(position_ids[..., None].float(), scaled, attention_scaling, dtype)
+    return cos_sin(position_ids[..., None].float(), torch.cat((scaled, scaled)), attention_scaling, dtype)

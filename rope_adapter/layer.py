@@ -40,7 +40,7 @@ class Float32BufferDict(BufferDict):
 
 class LrsPositionEmbeddings(tuple):
     """``(cos, sin)`` of the base rotary, tagged with what a layer needs to compute its own pair: the float
-    positions and every layer's scaled frequencies ``inv_freq / s_l`` (``[num_layers, rotary_dim / 2]``, a few KB)."""
+    positions and every layer's scaled frequencies ``inv_freq / s_l`` (``[num_layers, rotary_dim]``, a few KB)."""
 
     positions: torch.Tensor
     layer_inv_freqs: torch.Tensor
@@ -138,7 +138,8 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
         layer_type = kwargs.get("layer_type", args[0] if args else None)
         inv_freq, attention_scaling = rope_state(self.base_layer, layer_type)
         positions = position_ids[..., None].float()
-        return LrsPositionEmbeddings(out, positions, scaled_inv_freqs(inv_freq, factors), attention_scaling)
+        layer_inv_freqs = scaled_inv_freqs(inv_freq, factors.to(positions.device))
+        return LrsPositionEmbeddings(out, positions, layer_inv_freqs, attention_scaling)
 
     def merge(self, safe_merge: bool = False, adapter_names: list[str] | None = None) -> None:
         raise NotImplementedError("LRS factors are merged by LrsModel.merge_and_unload(), not per layer")
