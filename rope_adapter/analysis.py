@@ -90,31 +90,54 @@ def decay_curves(
     max_distance: int,
     head_dim: int = 128,
     theta: float = 10000.0,
-    points: int = 2000,
     labels: Sequence[str] | None = None,
+    linear_up_to: int = 1024,
+    bins: int = 120,
 ) -> dict[str, Any]:
-    """The bound for several factors on one grid of integer distances (what decay.json holds)."""
+    """The bound for several factors, ready to plot (what decay.json holds).
+
+    Up to ``linear_up_to`` tokens every integer distance is kept (``scale`` "linear", as RoFormer's Figure 2).
+    Beyond, the bound oscillates fast: it is computed at every integer distance and summarised in ``bins``
+    log-spaced bins from 1 to ``max_distance`` (``scale`` "log"): ``bound`` is the bin mean, ``bound_min`` and
+    ``bound_max`` its range, ``distances`` the bins' geometric centres.
+    """
     if max_distance < 1:
         raise ValueError(f"max_distance must be >= 1, got {max_distance}")
     if not factors:
         raise ValueError("give at least one factor")
-    distances = np.unique(np.linspace(0, max_distance, min(points, max_distance + 1)).round().astype(int))
     labels = list(labels) if labels is not None else [f"s = {f:g}" for f in factors]
     if len(labels) != len(factors):
         raise ValueError("one label per factor")
-    return {
-        "head_dim": int(head_dim),
-        "theta": float(theta),
-        "distances": distances.tolist(),
-        "curves": [
-            {
-                "factor": float(f),
-                "label": label,
-                "bound": relative_upper_bound(distances, head_dim=head_dim, theta=theta, factor=f).tolist(),
-            }
-            for f, label in zip(factors, labels, strict=True)
-        ],
-    }
+    data: dict[str, Any] = {"head_dim": int(head_dim), "theta": float(theta), "max_distance": int(max_distance)}
+    curves = []
+    if max_distance <= linear_up_to:
+        distances = np.arange(max_distance + 1)
+        data.update(scale="linear", distances=distances.tolist())
+        for f, label in zip(factors, labels, strict=True):
+            bound = relative_upper_bound(distances, head_dim=head_dim, theta=theta, factor=f)
+            curves.append({"factor": float(f), "label": label, "bound": bound.tolist()})
+    else:
+        edges = np.unique(np.geomspace(1, max_distance + 1, bins + 1).astype(np.int64))
+        distances = np.arange(1, max_distance + 1)
+        index = np.searchsorted(edges, distances, side="right") - 1  # bin of each distance
+        centres = [
+            float(np.sqrt(a * (b - 1))) if b - 1 > a else float(a) for a, b in zip(edges[:-1], edges[1:], strict=True)
+        ]
+        data.update(scale="log", distances=centres)
+        for f, label in zip(factors, labels, strict=True):
+            bound = relative_upper_bound(distances, head_dim=head_dim, theta=theta, factor=f)
+            groups = [bound[index == i] for i in range(len(edges) - 1)]
+            curves.append(
+                {
+                    "factor": float(f),
+                    "label": label,
+                    "bound": [float(g.mean()) for g in groups],
+                    "bound_min": [float(g.min()) for g in groups],
+                    "bound_max": [float(g.max()) for g in groups],
+                }
+            )
+    data["curves"] = curves
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------- attention

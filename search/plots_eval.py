@@ -145,9 +145,16 @@ def plot_decay(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     curves: Sequence[Mapping[str, Any]] = data["curves"]
     colors = _colors(len(curves))
     fig, ax = plt.subplots(figsize=(7.2, 4.4))
+    log = data.get("scale") == "log"
     for k, curve in enumerate(curves):
-        ax.plot(distances, curve["bound"], color=colors[k], label=curve["label"], lw=1.4)
-    ax.set_xlabel("relative distance |m - n| (tokens)")
+        ax.plot(distances, curve["bound"], color=colors[k], label=curve["label"], lw=1.6)
+        if log and "bound_max" in curve:
+            ax.fill_between(distances, curve["bound_min"], curve["bound_max"], color=colors[k], alpha=0.08, lw=0)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlabel("relative distance |m - n| (tokens, log scale; line: mean over a bin, band: its range)")
+    else:
+        ax.set_xlabel("relative distance |m - n| (tokens)")
     ax.set_ylabel("relative upper bound (1/(d/2)) Σ_j |S_j|")
     ax.set_title(
         f"RoPE long-term decay (RoFormer §3.4.3), head_dim {data['head_dim']}, theta {data['theta']:g}", fontsize=10

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 import torch
 from peft import get_peft_model
-from rope_adapter.search import evaluation as ev
-from rope_adapter.search.variants import build_variant, parse_variant
 from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import LrsConfig
@@ -24,6 +22,8 @@ from rope_adapter.analysis import (
     rope_inv_freq,
 )
 from rope_adapter.cli import main
+from rope_adapter.search import evaluation as ev
+from rope_adapter.search.variants import build_variant, parse_variant
 
 # ---------------------------------------------------------------------------------------------------- decay bound
 
@@ -65,9 +65,17 @@ def test_bound_decays_and_larger_factors_decay_slower():
 
 
 def test_decay_curves_and_bad_input():
-    data = decay_curves([1.0, 2.0], max_distance=100, head_dim=32, theta=500.0, points=50)
-    assert len(data["curves"]) == 2 and len(data["curves"][0]["bound"]) == len(data["distances"]) == 50
+    data = decay_curves([1.0, 2.0], max_distance=100, head_dim=32, theta=500.0)
+    assert data["scale"] == "linear" and len(data["curves"]) == 2
+    assert len(data["curves"][0]["bound"]) == len(data["distances"]) == 101
     assert data["distances"][0] == 0 and data["distances"][-1] == 100
+    wide = decay_curves([1.0, 2.0], max_distance=5000, head_dim=32, theta=500.0, bins=50)
+    assert wide["scale"] == "log" and len(wide["distances"]) == len(wide["curves"][1]["bound"]) <= 50
+    assert all(np.diff(wide["distances"]) > 0) and 1 <= wide["distances"][0] and wide["distances"][-1] <= 5000
+    for curve in wide["curves"]:
+        assert all(
+            lo <= m <= hi for lo, m, hi in zip(curve["bound_min"], curve["bound"], curve["bound_max"], strict=True)
+        )
     with pytest.raises(ValueError, match="head_dim"):
         relative_upper_bound([1], head_dim=7)
     with pytest.raises(ValueError, match="factor"):

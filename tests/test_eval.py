@@ -14,6 +14,11 @@ import numpy as np
 import pytest
 import torch
 from peft import get_peft_model
+from tiny_models import byte_tokenizer, tiny_model
+
+import rope_adapter
+from rope_adapter import AdapterMismatchError, LrsConfig
+from rope_adapter.cli import main
 from rope_adapter.search import evaluation as ev
 from rope_adapter.search.extrapolation import (
     default_extrapolation_variants,
@@ -35,11 +40,6 @@ from rope_adapter.search.variants import (
     parse_variants,
     shared_weight_copy,
 )
-from tiny_models import byte_tokenizer, tiny_model
-
-import rope_adapter
-from rope_adapter import AdapterMismatchError, LrsConfig
-from rope_adapter.cli import main
 
 LAYERS = 3
 WORDS = (

@@ -96,7 +96,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="compare variants by gold position (U-curve) or by context length (extrapolation)",
         description="Score several model variants on the same samples: greedy accuracy and gold log-probability "
         "by gold position (kv_retrieval, passkey, mdqa), or perplexity by context length (--task perplexity "
-        "--lengths 2k,4k,...). Writes results.json, results.md and positions.png (or lengths.png) with 95%% "
+        "--lengths 2k,4k,...). Writes results.json, results.md and positions.png (or lengths.png) with 95% "
         "confidence intervals.",
     )
     add_model_arguments(p)
