@@ -31,9 +31,10 @@ def register_task(name: str) -> Callable[[T], T]:
 
 
 def get_task(name: str) -> type[Task]:
-    """The task class registered under ``name``; ``ValueError`` listing the known names otherwise."""
+    """The task class registered under ``name`` (``kv-retrieval`` and ``kv_retrieval`` both work); ``ValueError``
+    listing the known names otherwise."""
     try:
-        return _TASKS[name]
+        return _TASKS[name.replace("-", "_")]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(available_tasks())}") from None
 
