@@ -404,6 +404,7 @@ def evaluate_positions(
     plans: Mapping[str, AdapterPlan] | None = None,
     metrics: Sequence[str] = ("accuracy", "logprob"),
     logprob_tokens: int | None = None,
+    max_new_tokens: int | None = None,
     chat_template: bool = False,
     system_prompt: str | None = None,
     batch_size: int = 4,
@@ -424,6 +425,8 @@ def evaluate_positions(
         variants: from ``variants.parse_variants``; ``plans`` from ``variants.check_variants``.
         metrics: any of "accuracy" (greedy decoding, benchmark rule) and "logprob" (gold log-probability).
         logprob_tokens: average the log-prob over the first k target tokens (None: all of them).
+        max_new_tokens: greedy answer length (default: the longest target in tokens + the task's slack; a chat
+            model that restates the question before answering needs more).
         chat_template: wrap prompts in the tokenizer's chat template.
         batch_size: prefix groups (records) per forward pass; ``max_batch_tokens`` bounds continuation batches.
         reference: the variant the others are compared to (default: the first).
@@ -446,6 +449,8 @@ def evaluate_positions(
         raise EvalError(f"reference variant {reference!r} is not among the variants {names}")
     if logprob_tokens is not None and logprob_tokens < 1:
         raise EvalError(f"logprob_tokens must be >= 1, got {logprob_tokens}")
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise EvalError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     samples = list(samples)
     if not samples:
         raise EvalError("no samples to evaluate")
@@ -472,6 +477,7 @@ def evaluate_positions(
                 built,
                 prepared,
                 task.is_correct,
+                max_new_tokens=max_new_tokens,
                 batch_size=batch_size,
                 max_batch_tokens=max_batch_tokens,
                 progress=progress,
@@ -503,7 +509,7 @@ def evaluate_positions(
             "min": min(len(p) for p in prepared.prompt_ids),
             "max": max(len(p) for p in prepared.prompt_ids),
         },
-        "max_new_tokens": prepared.max_new_tokens,
+        "max_new_tokens": max_new_tokens or prepared.max_new_tokens,
         "environment": environment(),
         **dict(settings or {}),
     }

@@ -25,6 +25,11 @@ import numpy as np  # noqa: E402
 _MARKERS = "osD^vP*Xh<>"
 
 
+def _PALETTE(index: int) -> Any:  # noqa: N802 - a colour table, read like a constant
+    cmap = plt.get_cmap("tab10")
+    return cmap(index % cmap.N)
+
+
 def _colors(n: int) -> list:
     cmap = plt.get_cmap("tab10" if n <= 10 else "tab20")
     return [cmap(i % cmap.N) for i in range(n)]
@@ -44,42 +49,66 @@ def _title(data: Mapping[str, Any], what: str) -> str:
     return f"{what} — {data.get('task', '')} on {model}"
 
 
+def _bounds(entries: Sequence[Mapping[str, Any]], key_low: str = "ci_low", key_high: str = "ci_high"):
+    low = np.array([np.nan if e[key_low] is None else e[key_low] for e in entries], dtype=float)
+    high = np.array([np.nan if e[key_high] is None else e[key_high] for e in entries], dtype=float)
+    return low, high
+
+
+def _lines(ax: Any, positions: Sequence[int], series: Sequence[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]]):
+    spread = 0.012 * (max(positions) - min(positions) or 1)
+    count = len(series)
+    for k, (index, name, mean, low, high) in enumerate(series):
+        color = _PALETTE(index)
+        x = np.array(positions, dtype=float) + (k - (count - 1) / 2) * spread
+        ax.plot(x, mean, marker=_MARKERS[index % len(_MARKERS)], color=color, label=name, lw=1.8, ms=5)
+        if np.isfinite(low).any():
+            yerr = [np.where(np.isfinite(low), mean - low, 0), np.where(np.isfinite(high), high - mean, 0)]
+            ax.errorbar(x, mean, yerr=yerr, fmt="none", ecolor=color, alpha=0.55, capsize=3, lw=1)
+    ax.set_xticks(list(positions))
+    ax.grid(alpha=0.3)
+
+
 def plot_positions(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
-    """positions.png: one panel per metric, x = gold position, a line and a 95 % band per variant."""
+    """positions.png: per metric, the score by gold position (top) and, with two or more variants, the paired
+    difference from the reference variant (bottom); 95 % intervals as error bars."""
     from .evaluation import METRICS
 
     metrics = list(data["metrics"])
     positions = list(data["positions"])
     names = [v["name"] for v in data["variants"]]
-    colors = _colors(len(names))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(6.2 * len(metrics), 4.4), squeeze=False)
-    spread = 0.012 * (max(positions) - min(positions) or 1)
-    for ax, metric in zip(axes[0], metrics, strict=True):
+    reference = data.get("reference") or names[0]
+    comparisons = data.get("comparisons") or {}
+    rows = 2 if comparisons else 1
+    fig, axes = plt.subplots(rows, len(metrics), figsize=(6.2 * len(metrics), 4.0 * rows), squeeze=False, sharex=True)
+    for col, metric in enumerate(metrics):
+        label = METRICS[metric]["short"] if metric in METRICS else metric
+        ax = axes[0][col]
+        series = []
         for k, name in enumerate(names):
-            by_pos = data["summary"][name][metric]["by_position"]
-            mean = np.array([by_pos[str(p)]["mean"] for p in positions])
-            low = np.array(
-                [np.nan if by_pos[str(p)]["ci_low"] is None else by_pos[str(p)]["ci_low"] for p in positions]
-            )
-            high = np.array(
-                [np.nan if by_pos[str(p)]["ci_high"] is None else by_pos[str(p)]["ci_high"] for p in positions]
-            )
-            x = np.array(positions, dtype=float) + (k - (len(names) - 1) / 2) * spread
-            ax.plot(x, mean, marker=_MARKERS[k % len(_MARKERS)], color=colors[k], label=name, lw=1.8, ms=5)
-            if np.isfinite(low).any():
-                ax.errorbar(
-                    x, mean, yerr=[mean - low, high - mean], fmt="none", ecolor=colors[k], alpha=0.55, capsize=3, lw=1
-                )
-        ax.set_xticks(positions)
-        ax.set_xlabel("gold position (0 = start of the context)")
-        ax.set_ylabel(METRICS[metric]["short"] if metric in METRICS else metric)
+            by_pos = [data["summary"][name][metric]["by_position"][str(p)] for p in positions]
+            series.append((k, name, np.array([e["mean"] for e in by_pos], dtype=float), *_bounds(by_pos)))
+        _lines(ax, positions, series)
+        ax.set_ylabel(label)
         ax.set_title(METRICS[metric]["title"] if metric in METRICS else metric, fontsize=10)
         if metric == "accuracy":
             ax.set_ylim(-0.03, 1.03)
-        ax.grid(alpha=0.3)
+        if rows == 2:
+            ax = axes[1][col]
+            ax.axhline(0.0, color=_PALETTE(names.index(reference)), lw=1.2, ls="--")
+            series = []
+            for k, name in enumerate(names):
+                if name not in comparisons:
+                    continue
+                by_pos = [comparisons[name][metric]["by_position"][str(p)] for p in positions]
+                series.append((k, name, np.array([e["diff"] for e in by_pos], dtype=float), *_bounds(by_pos)))
+            _lines(ax, positions, series)
+            ax.set_ylabel(f"{label}: difference from {reference}")
+            ax.set_title(f"Paired difference from {reference} (0 inside the bar: within noise)", fontsize=9)
+        axes[-1][col].set_xlabel("gold position (0 = start of the context)")
     n = data.get("settings", {}).get("num_records")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(names), 5), frameon=False, bbox_to_anchor=(0.5, -0.07))
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(names), 5), frameon=False, bbox_to_anchor=(0.5, -0.05))
     fig.suptitle(
         _title(data, "Score by gold position") + (f" ({n} records per position, 95 % intervals)" if n else ""),
         fontsize=11,

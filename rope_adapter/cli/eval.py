@@ -83,9 +83,10 @@ def add_task_arguments(p: argparse.ArgumentParser, default_samples: int) -> None
     )
     g.add_argument(
         "--chat-template",
-        default="auto",
+        default="off",
         choices=["auto", "on", "off"],
-        help="wrap prompts in the tokenizer's chat template (auto: when the tokenizer has one)",
+        help="wrap prompts in the tokenizer's chat template (default off: the raw benchmark prompt, as the search "
+        "scores it; auto: when the tokenizer has one)",
     )
     g.add_argument("--system-prompt", help="system message for the chat template")
 
@@ -114,6 +115,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("scores")
     g.add_argument("--scores", default="accuracy,logprob", help="accuracy (greedy), logprob (gold log-prob), or both")
     g.add_argument("--logprob-tokens", type=int, help="average the gold log-prob over the first K target tokens")
+    g.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help="greedy answer length (default: longest target + the task's slack; raise it for chat prompts, where "
+        "models restate the question first)",
+    )
     g.add_argument("--batch-size", type=int, default=4, help="records per forward pass (perplexity: windows)")
     g.add_argument("--max-batch-tokens", type=int, help="bound on padded tokens per forward (default 4096; ppl 8192)")
     g.add_argument(
@@ -184,6 +191,7 @@ def command_line(args: argparse.Namespace, variants: str) -> str:
             ("--num-documents", args.num_documents),
             ("--held-out-after", args.held_out_after or None),
             ("--logprob-tokens", args.logprob_tokens),
+            ("--max-new-tokens", args.max_new_tokens),
             ("--system-prompt", args.system_prompt),
         ]:
             if value is not None:
@@ -327,6 +335,7 @@ def _run(args: argparse.Namespace) -> int:
             plans=plans,
             metrics=scores,
             logprob_tokens=args.logprob_tokens,
+            max_new_tokens=args.max_new_tokens,
             chat_template=chat,
             system_prompt=args.system_prompt,
             batch_size=args.batch_size,
