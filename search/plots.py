@@ -139,6 +139,7 @@ def plot_positions(report: Mapping[str, Any], path: str | Path) -> None:
             "found": f"found (trial {cfg.get('trial')})",
         }[name]
         ax.errorbar(positions, means, yerr=err, marker="o", capsize=3, color=colors[name], label=label)
+    ax.set_xticks(sorted(int(p) for p in holdout["samples_per_position"]))
     ax.set_xlabel("gold position")
     ax.set_ylabel(_score_label(report), fontsize=8)
     ax.set_title(

@@ -534,6 +534,14 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def _found_label(chosen: Mapping[str, Any] | None) -> str:
+    if chosen is None:
+        return "found (–)"
+    if chosen.get("baseline"):
+        return f"found (trial {chosen['number']}: a baseline, since no searched curve was scored)"
+    return f"found (trial {chosen['number']})"
+
+
 def markdown_summary(report: Mapping[str, Any]) -> str:
     """A short human-readable summary of the report."""
     s = report["settings"]
@@ -574,7 +582,7 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
     for label, rec in (
         ("base (all 1)", base),
         (f"best uniform ({uniform['uniform'] if uniform else '–'})", uniform),
-        (f"found (trial {chosen['number'] if chosen else '–'})", chosen),
+        (_found_label(chosen), chosen),
     ):
         if rec is None or not rec.get("by_position"):
             continue
@@ -598,7 +606,7 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
             label = {
                 "base": "base (all 1)",
                 "best_uniform": f"best uniform ({cfg.get('uniform')})",
-                "found": f"found (trial {cfg.get('trial')})",
+                "found": _found_label(chosen),
             }[name]
             bp = cfg["by_position"]
             lines.append(

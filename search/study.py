@@ -468,9 +468,7 @@ def _differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
 def redact_url(url: str) -> str:
     """The storage URL without its password (for messages, reports and provenance)."""
     try:
-        from sqlalchemy.engine import make_url
-
-        from sqlalchemy.engine import URL
+        from sqlalchemy.engine import URL, make_url
 
         parsed = make_url(url)
         if parsed.password is None:
@@ -569,14 +567,15 @@ def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -
     import optuna
 
     try:
-        optuna.load_study(study_name=name, storage=storage)
+        study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return False
-    study = optuna.load_study(study_name=name, storage=storage)
     stored = _wait_for_settings(study)
     if stored is None:
         raise SearchError(
-            f"study {name!r} exists in the storage but was not made by rope-adapter search; choose another --study"
+            f"study {name!r} exists in the storage but holds no rope-adapter search settings (made by another tool, "
+            "or interrupted while being created); choose another --study, or delete it with "
+            f"`optuna delete-study --study-name {name} --storage URL`"
         )
     diff = _differences(stored, fingerprint)
     if diff:
@@ -914,7 +913,7 @@ class _BudgetStop:
         if info.get("evaluated"):
             self.costs.append(float(info.get("seconds", 0.0)))
         trial_cost = max(self.costs) if self.costs else 0.0
-        holdout_cost = float(np.median(self.costs)) * self.ratio if self.costs else 0.0
+        holdout_cost = 1.15 * float(np.median(self.costs)) * self.ratio if self.costs else 0.0  # +15 %: longer targets
         if time.time() + trial_cost + holdout_cost > self.deadline:
             study.stop()
 

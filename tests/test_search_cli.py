@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 from peft import PeftModel
-from rope_adapter.search import SearchSettings
-from rope_adapter.search.study import settings_help
 from tiny_models import byte_tokenizer, tiny_model
 from transformers import AutoModelForCausalLM
 
 import rope_adapter
 from rope_adapter.cli import build_parser, main
+from rope_adapter.search import SearchSettings
+from rope_adapter.search.study import settings_help
 
 
 def search_parser() -> argparse.ArgumentParser:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_models import byte_tokenizer, tiny_model
+
 from rope_adapter.search import SearchError, SearchSettings, run_search
 from rope_adapter.search import study as study_mod
 from rope_adapter.search.bezier import BezierSpace
@@ -32,7 +34,6 @@ from rope_adapter.search.objective import (
 from rope_adapter.search.report import choose, paired_difference, pareto_front
 from rope_adapter.search.scoring import prepare, token_logprobs
 from rope_adapter.search.tasks import KVRetrievalTask
-from tiny_models import byte_tokenizer, tiny_model
 
 NUM_LAYERS = 4
 POSTGRES_URL = os.environ.get("ROPE_ADAPTER_TEST_POSTGRES_URL")
