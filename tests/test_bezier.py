@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from rope_adapter.search.bezier import (
     BezierSpace,
     bernstein_basis,

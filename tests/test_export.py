@@ -16,9 +16,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import rope_adapter.export as export
 import torch
 from peft import PeftModel, get_peft_model
+from tiny_models import ARCHITECTURES, byte_tokenizer, tiny_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+import rope_adapter
+import rope_adapter.export as export
+from rope_adapter import AdapterMismatchError, LrsConfig, UnsupportedModelError, count_layer_hooks
 from rope_adapter.export import (
     CUSTOM_CODE,
     NATIVE,
@@ -29,11 +34,6 @@ from rope_adapter.export import (
     probe_input_ids,
     read_exported_factors,
 )
-from tiny_models import ARCHITECTURES, byte_tokenizer, tiny_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-import rope_adapter
-from rope_adapter import AdapterMismatchError, LrsConfig, UnsupportedModelError, count_layer_hooks
 
 NON_UNIFORM = [1.0, 1.5, 2.5, 4.0]
 CHAT_TEMPLATE = "{% for m in messages %}<s>{{ m['content'] }}</s>{% endfor %}"

@@ -21,6 +21,7 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+
 from rope_adapter.export.card import CardError, build_card
 from rope_adapter.export.hub import HubPublishError, push_folder
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 from hub_server import HubTestServer, hub_for_test
 from peft import get_peft_model
-from rope_adapter.export import export_model
 from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import LrsConfig
+from rope_adapter.export import export_model
 
 FACTORS = [1.0, 1.3, 1.7, 2.2]
 IDS = torch.randint(3, 250, (1, 48), generator=torch.Generator().manual_seed(3))

@@ -5,6 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from tiny_models import byte_tokenizer, tiny_model
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
 from rope_adapter.search.scoring import (
     GreedyResult,
     TokenLogprobs,
@@ -17,9 +21,6 @@ from rope_adapter.search.scoring import (
     token_logprobs,
 )
 from rope_adapter.search.tasks import KVRetrievalTask, PasskeyTask, PerplexityTask, Sample, apply_chat_template
-from tiny_models import byte_tokenizer, tiny_model
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
 
 ATOL = 1e-4
 

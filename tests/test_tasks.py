@@ -8,6 +8,8 @@ import random
 import re
 
 import pytest
+from tiny_models import byte_tokenizer
+
 from rope_adapter.search.tasks import (
     KVRetrievalTask,
     MDQATask,
@@ -26,7 +28,6 @@ from rope_adapter.search.tasks import (
 )
 from rope_adapter.search.tasks.kv_retrieval import format_kv_records, kv_prompt, random_uuid4
 from rope_adapter.search.tasks.mdqa import Document, qa_prompt
-from tiny_models import byte_tokenizer
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
