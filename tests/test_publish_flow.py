@@ -109,16 +109,23 @@ def test_cli_push_with_a_bad_token_is_one_line_without_the_token(hub, made):
 
 
 def test_peft_push_to_hub_keeps_working(hub, made):
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM
-
-    import rope_adapter
-
-    base = AutoModelForCausalLM.from_pretrained(made["base"]).eval()
-    model = PeftModel.from_pretrained(base, made["adapter"])
-    model.push_to_hub("org/pushed-by-peft", token=hub.token)
+    """`PeftModel.push_to_hub` of an LRS adapter, then `PeftModel.from_pretrained` from the Hub (fresh process,
+    since transformers keeps some Hub settings from import time)."""
+    code = f"""
+        import torch, rope_adapter
+        from peft import PeftModel
+        from transformers import AutoModelForCausalLM
+        base = AutoModelForCausalLM.from_pretrained({str(made["base"])!r}).eval()
+        PeftModel.from_pretrained(base, {str(made["adapter"])!r}).push_to_hub("org/pushed-by-peft")
+        again = PeftModel.from_pretrained(
+            AutoModelForCausalLM.from_pretrained({str(made["base"])!r}).eval(), "org/pushed-by-peft"
+        )
+        assert max(abs(a - b) for a, b in zip(rope_adapter.get_factors(again), {FACTORS!r})) < 1e-6
+        with torch.inference_mode():
+            got = again(torch.load({str(made["tmp"] / "ids.pt")!r})).logits
+        assert torch.equal(got, torch.load({str(made["tmp"] / "expected.pt")!r}))
+        print("ok")
+        """
+    result = hub.run_client(textwrap.dedent(code), hf_home=made["tmp"] / "peft_home", token=hub.token)
+    assert "ok" in result.stdout
     assert {"adapter_config.json", "adapter_model.safetensors"} <= set(hub.files("org/pushed-by-peft"))
-    again = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(made["base"]).eval(), "org/pushed-by-peft")
-    assert rope_adapter.get_factors(again) == pytest.approx(FACTORS)
-    with torch.inference_mode():
-        assert torch.equal(again(IDS).logits, torch.load(made["tmp"] / "expected.pt"))
