@@ -71,6 +71,7 @@ def trial_record(trial: Any) -> dict[str, Any]:
         "seconds": info.get("seconds"),
         "duration_seconds": duration,
         "worker": info.get("worker"),
+        "duplicate_of": info.get("duplicate_of"),
         "datetime_start": None if trial.datetime_start is None else trial.datetime_start.isoformat(),
         "datetime_complete": None if trial.datetime_complete is None else trial.datetime_complete.isoformat(),
     }
@@ -238,7 +239,7 @@ def build_report(
     front = pareto_front(records, spec)
     complete = [r for r in records if r["state"] == "COMPLETE"]
     evaluated = [r for r in complete if r["evaluated"]]
-    eval_seconds = [r["eval_seconds"] for r in evaluated if r["eval_seconds"] is not None]
+    eval_seconds = [r["eval_seconds"] for r in evaluated if r["eval_seconds"] and r["duplicate_of"] is None]
     starts = [r["datetime_start"] for r in complete if r["datetime_start"]]
     ends = [r["datetime_complete"] for r in complete if r["datetime_complete"]]
     span = None
@@ -305,6 +306,7 @@ def build_report(
             "evaluated": len(evaluated),
             "infeasible": sum(1 for r in complete if not r["feasible"]),
             "failed": sum(1 for r in records if r["state"] == "FAIL"),
+            "repeats_pruned": sum(1 for r in records if r["state"] == "PRUNED" and r["duplicate_of"] is not None),
             "running": sum(1 for r in records if r["state"] == "RUNNING"),
         },
         "task": task_summary(settings, worker),
@@ -559,7 +561,8 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         + (f", max step {s['max_step']}" if s["max_step"] is not None else "")
         + (f", perplexity guard +{s['max_ppl_increase']:.0%}" if s["max_ppl_increase"] is not None else ""),
         f"- study `{study['name']}` in `{study['storage']}`: {study['complete']} finished trials "
-        f"({study['evaluated']} scored, {study['infeasible']} infeasible and not scored, {study['failed']} failed), "
+        f"({study['evaluated']} scored, {study['infeasible']} infeasible and not scored, {study['failed']} failed; "
+        f"{study.get('repeats_pruned', 0)} repeated proposals pruned without scoring), "
         f"{study['sampler']}, seed {study['seed']}, {s['workers']} worker(s) on {timing['device']} ({timing['dtype']})",
         f"- throughput: {_fmt(timing['trials_per_minute_this_run'], 2)} trials/min this run "
         f"({timing['trials_this_run']} trials in {timing['search_seconds_this_run']:.0f} s), "

@@ -690,6 +690,7 @@ class Worker:
     base_nll: float | None
     device: str
     dtype: str
+    repeats_in_row: int = 0
 
     @property
     def num_layers(self) -> int:
@@ -801,6 +802,11 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
             "evaluated": False,
         }
         feasible = all(v <= 0 for v in values)
+        if feasible and factors is not None:
+            prior = _scored_twin(trial, params)
+            if prior is not None:  # NSGA-II re-proposes converged parents: never pay twice for one curve
+                return _repeat(trial, worker, prior, info, start)
+            worker.repeats_in_row = 0
         if worker.base_nll is not None:
             if feasible and factors is not None:
                 nll = worker.evaluator.nll(factors)
@@ -829,6 +835,39 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
         return result
 
     return objective
+
+
+MAX_REPEATS_IN_ROW = 20
+"""A worker prunes at most this many repeated proposals in a row; then a repeat is recorded as a finished trial
+(with the earlier trial's scores) so that a converged population still makes progress towards ``trials``."""
+
+
+def _scored_twin(trial: Any, params: dict[str, float]) -> Any | None:
+    """An earlier finished, scored trial with exactly these parameters (scoring is deterministic)."""
+    import optuna
+
+    for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if other.params == params and (other.user_attrs.get(TRIAL_ATTR) or {}).get("evaluated"):
+            return other
+    return None
+
+
+def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start: float) -> tuple[float, ...]:
+    """A proposal equal to an earlier scored trial: pruned (not counted in ``trials``, no forward pass), or after
+    :data:`MAX_REPEATS_IN_ROW` such prunes, finished with the earlier trial's values."""
+    import optuna
+
+    worker.repeats_in_row += 1
+    earlier = prior.user_attrs[TRIAL_ATTR]
+    info.update(duplicate_of=prior.number, constraints=list(earlier["constraints"]))
+    if worker.repeats_in_row <= MAX_REPEATS_IN_ROW:
+        info["seconds"] = time.perf_counter() - start
+        trial.set_user_attr(TRIAL_ATTR, info)
+        raise optuna.TrialPruned(f"same parameters as trial {prior.number}")
+    worker.repeats_in_row = 0
+    copied = {**earlier, **info, "eval_seconds": 0.0, "seconds": time.perf_counter() - start}
+    trial.set_user_attr(TRIAL_ATTR, copied)
+    return tuple(prior.values)
 
 
 def make_constraints_func(worker: Worker) -> Callable[[Any], Sequence[float]]:
@@ -910,7 +949,7 @@ class _BudgetStop:
 
     def __call__(self, study: Any, trial: Any) -> None:
         info = trial.user_attrs.get(TRIAL_ATTR) or {}
-        if info.get("evaluated"):
+        if info.get("evaluated") and "duplicate_of" not in info:
             self.costs.append(float(info.get("seconds", 0.0)))
         trial_cost = max(self.costs) if self.costs else 0.0
         holdout_cost = 1.15 * float(np.median(self.costs)) * self.ratio if self.costs else 0.0  # +15 %: longer targets
@@ -1050,8 +1089,9 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
             process.start()
             children.append(process)
             readies.append(ready)
-        for ready in readies:  # start together, once every worker has its model and samples
-            ready.wait()
+        for ready, process in zip(readies, children, strict=True):  # start together, once all are loaded
+            while not ready.wait(timeout=1.0) and process.is_alive():
+                pass
         go.set()
     import optuna
 
@@ -1077,8 +1117,8 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     failures += [
         f"worker {i + 1} exited with code {p.exitcode}" for i, p in enumerate(children) if p.exitcode and not failures
     ]
-    if failures:
-        raise RuntimeError("a worker process failed: " + "; ".join(failures))
+    if failures:  # the study itself is intact: report what the other workers and this one finished
+        warnings.warn("worker process(es) failed: " + "; ".join(failures), RuntimeWarning, stacklevel=2)
 
     with _quiet_optuna():
         study = optuna.load_study(study_name=settings.study, storage=storage)
@@ -1099,6 +1139,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
         report_mod.add_holdout(report, worker)
         adapter_dir = out / "adapter"
         save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)
+    report["study"]["worker_errors"] = failures
     report["timing"]["total_seconds"] = time.time() - started
     report_path = report_mod.write_outputs(report, out)
     return SearchResult(

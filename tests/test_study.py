@@ -490,3 +490,29 @@ def test_study_with_other_settings(tmp_path, model_dir):
 def test_bad_settings_fail_before_loading(tmp_path, model_dir, no_model_load, overrides, message):
     with pytest.raises(SearchError, match=message):
         run_search(small(tmp_path, model_dir, **overrides))
+
+
+def test_accuracy_score_and_no_holdout(tmp_path, model_dir):
+    result = run_search(small(tmp_path / "acc", model_dir, score="accuracy", trials=5, holdout_records=0))
+    scored = [t for t in result.report["trials"] if t["evaluated"]]
+    assert scored and all(0.0 <= v <= 1.0 for t in scored for v in t["values"])
+    assert result.report["holdout"] is None and result.adapter_dir is not None
+    assert (tmp_path / "acc" / "pareto.png").is_file() and not (tmp_path / "acc" / "positions.png").exists()
+
+
+def test_repeated_proposals_are_pruned_without_scoring(tmp_path, model_dir):
+    import optuna
+
+    settings = small(tmp_path / "rep", model_dir, trials=7, holdout_records=1)
+    run_search(settings)
+    storage = optuna.storages.RDBStorage(settings.storage_url())
+    study = optuna.load_study(study_name=settings.study, storage=storage)
+    earlier = next(t for t in study.get_trials() if t.number == 1)
+    study.enqueue_trial(earlier.params)  # what NSGA-II does when two identical parents cross without mutation
+    result = run_search(SearchSettings(**{**settings.__dict__, "trials": 8}))
+    trials = {t.number: t for t in load_trials(settings)}
+    pruned = [t for t in trials.values() if t.state.name == "PRUNED"]
+    assert len(pruned) == 1 and pruned[0].params == earlier.params
+    assert pruned[0].user_attrs["lrs"]["duplicate_of"] == 1 and "sample_scores" not in pruned[0].user_attrs["lrs"]
+    assert len(complete(trials.values())) == 8  # the pruned repeat did not count towards --trials
+    assert result.report["study"]["repeats_pruned"] == 1
