@@ -317,21 +317,32 @@ class PositionResults:
         from .plots_eval import plot_positions
         from .report_eval import positions_markdown
 
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        data = self.to_dict()
-        paths = {"json": out / "results.json", "markdown": out / "results.md"}
-        _write_json(paths["json"], data)
-        if plot:
-            paths["plot"] = plot_positions(data, out / "positions.png")
-        paths["markdown"].write_text(positions_markdown(data, plot_name="positions.png" if plot else None))
-        return paths
+        return write_results(out_dir, self.to_dict(), plot_positions, positions_markdown, "positions.png", plot)
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     tmp.replace(path)
+
+
+def write_results(
+    out_dir: str | os.PathLike[str],
+    data: Mapping[str, Any],
+    plot_fn: Callable[[Mapping[str, Any], Path], Path],
+    markdown_fn: Callable[..., str],
+    plot_name: str,
+    plot: bool = True,
+) -> dict[str, Path]:
+    """Write ``data`` as results.json, its Markdown as results.md and (with ``plot``) its figure ``plot_name``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "results.json", "markdown": out / "results.md"}
+    _write_json(paths["json"], data)
+    if plot:
+        paths["plot"] = plot_fn(data, out / plot_name)
+    paths["markdown"].write_text(markdown_fn(data, plot_name=plot_name if plot else None))
+    return paths
 
 
 def environment() -> dict[str, Any]:

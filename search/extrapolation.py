@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .evaluation import EvalError, _write_json, environment, iter_variants, make_task
+from .evaluation import EvalError, environment, iter_variants, make_task, write_results
 from .intervals import CONFIDENCE, mean_interval, paired_difference
 from .variants import AdapterPlan, Variant, describe_variant
 
@@ -248,15 +248,7 @@ class LengthResults:
         from .plots_eval import plot_lengths
         from .report_eval import lengths_markdown
 
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        data = self.to_dict()
-        paths = {"json": out / "results.json", "markdown": out / "results.md"}
-        _write_json(paths["json"], data)
-        if plot:
-            paths["plot"] = plot_lengths(data, out / "lengths.png")
-        paths["markdown"].write_text(lengths_markdown(data, plot_name="lengths.png" if plot else None))
-        return paths
+        return write_results(out_dir, self.to_dict(), plot_lengths, lengths_markdown, "lengths.png", plot)
 
 
 def evaluate_lengths(
