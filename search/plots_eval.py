@@ -207,7 +207,7 @@ def plot_attention_shares(data: Mapping[str, Any], path: str | os.PathLike[str])
     for ax, entry, values in zip(axes[0], entries, shares, strict=False):
         im = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0.0, vmax=vmax, origin="upper")
         ax.set_title(entry["name"], fontsize=9)
-        _annotate(ax, values, fmt="{:.2f}", small=num_layers > 16)
+        _annotate(ax, values, fmt="{:.2f}", small=num_layers > 16, image=im)
         fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
     if len(entries) > 1:
         ax = axes[0][-1]
@@ -215,7 +215,7 @@ def plot_attention_shares(data: Mapping[str, Any], path: str | os.PathLike[str])
         limit = float(np.abs(delta).max()) or 1e-6
         im = ax.imshow(delta, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, origin="upper")
         ax.set_title(f"{entries[-1]['name']} − {entries[0]['name']}", fontsize=9)
-        _annotate(ax, delta, fmt="{:+.2f}", small=num_layers > 16)
+        _annotate(ax, delta, fmt="{:+.2f}", small=num_layers > 16, image=im)
         fig.colorbar(im, ax=ax, fraction=0.05, pad=0.03)
     for ax in axes[0]:
         ax.set_xticks(range(len(regions)))
@@ -234,8 +234,12 @@ def plot_attention_shares(data: Mapping[str, Any], path: str | os.PathLike[str])
     return _save(fig, path)
 
 
-def _annotate(ax: Any, values: np.ndarray, fmt: str, small: bool) -> None:
+def _annotate(ax: Any, values: np.ndarray, fmt: str, small: bool, image: Any = None) -> None:
     if small and values.shape[0] > 40:
         return
     for (i, j), v in np.ndenumerate(values):
-        ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=5.5 if small else 7, color="white")
+        color = "white"
+        if image is not None:  # dark text on light cells
+            r, g, b, _ = image.cmap(image.norm(v))
+            color = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+        ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=5.5 if small else 7, color=color)
