@@ -340,30 +340,27 @@ def build_variant(
     if variant.adapter is not None and plan is None:
         raise VariantError(f"variant {variant.name!r}: run check_variants() first to read its adapter")
     work = shared_weight_copy(model)
-    try:
-        if variant.rope_type is not None:
-            new_config = variant_config(work.config, variant)
-            text_new, text_work = _text_config(new_config), _text_config(work.config)
-            text_work.rope_parameters = text_new.rope_parameters  # the copy's modules share this config object
-            _rebuild_rotary(work)
-        if variant.uniform is not None:
-            work = get_peft_model(work, LrsConfig(factors=variant.uniform), adapter_name=adapter_name)
-        elif plan is not None:
-            if plan.load_as_saved:
-                from peft import PeftModel
+    if variant.rope_type is not None:
+        new_config = variant_config(work.config, variant)
+        text_new, text_work = _text_config(new_config), _text_config(work.config)
+        text_work.rope_parameters = text_new.rope_parameters  # the copy's modules share this config object
+        _rebuild_rotary(work)
+    if variant.uniform is not None:
+        work = get_peft_model(work, LrsConfig(factors=variant.uniform), adapter_name=adapter_name)
+    elif plan is not None:
+        if plan.load_as_saved:
+            from peft import PeftModel
 
-                work = PeftModel.from_pretrained(work, plan.source, adapter_name=adapter_name)
-            else:
-                provenance = dict(plan.config.provenance or {})
-                provenance["combined_with"] = {
-                    "source_adapter": plan.source,
-                    "made_for_rope_parameters": plan.config.base_rope_parameters,
-                }
-                lrs = LrsConfig(factors=plan.factors, provenance=provenance)
-                work = get_peft_model(work, lrs, adapter_name=adapter_name)
-        yield work.eval()
-    finally:
-        del work
+            work = PeftModel.from_pretrained(work, plan.source, adapter_name=adapter_name)
+        else:
+            provenance = dict(plan.config.provenance or {})
+            provenance["combined_with"] = {
+                "source_adapter": plan.source,
+                "made_for_rope_parameters": plan.config.base_rope_parameters,
+            }
+            lrs = LrsConfig(factors=plan.factors, provenance=provenance)
+            work = get_peft_model(work, lrs, adapter_name=adapter_name)
+    yield work.eval()
 
 
 def describe_variant(model: nn.Module) -> dict[str, Any]:

@@ -159,7 +159,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _variant_factors(variant: Any, plans: dict, config: Any) -> list[float] | None:
-    """Per-layer effective factors of a variant relative to the base (linear types multiply), if known."""
+    """Per-layer factors of a variant relative to plain RoPE, or None when no single factor describes a layer.
+
+    An LRS factor s on a linear-RoPE model with factor f acts like linear scaling by f * s; Dynamic NTK and YaRN
+    change the frequencies non-uniformly, so their curves are not drawn.
+    """
+    if variant.rope_type not in (None, "linear"):
+        return None
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     layers = getattr(text, "num_hidden_layers", 1)
     if variant.uniform is not None:
@@ -168,11 +174,8 @@ def _variant_factors(variant: Any, plans: dict, config: Any) -> list[float] | No
         factors = list(plans[variant.name].factors)
     else:
         factors = [1.0] * layers
-    if variant.rope_type == "linear":
-        factors = [f * float(variant.rope_factor) for f in factors]
-    elif variant.rope_type is not None:
-        return None if variant.uniform is None and variant.adapter is None else factors
-    return factors
+    scale = float(variant.rope_factor) if variant.rope_type == "linear" else 1.0
+    return [f * scale for f in factors]
 
 
 def _attention(args: argparse.Namespace, ev: Any, path: Any, config: Any, variant: Any, plans: dict, out: Path):
