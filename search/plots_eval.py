@@ -150,18 +150,21 @@ def plot_lengths(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
         ax.axvline(max_pos, color="grey", ls="--", lw=1)
         ax.annotate(
             f"trained context ({_length_label(int(max_pos))})",
-            (max_pos, 0.97),
+            (max_pos, 0.5),
             xycoords=("data", "axes fraction"),
+            xytext=(-4, 0),
+            textcoords="offset points",
             ha="right",
-            va="top",
+            va="center",
             fontsize=8,
             color="grey",
             rotation=90,
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
         )
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("perplexity (lower is better)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8, frameon=False)
+    ax.legend(fontsize=8, frameon=True, framealpha=0.85, edgecolor="none", loc="best")
     model = data.get("settings", {}).get("model") or "model"
     ax.set_title(f"Perplexity by context length — {model}", fontsize=10)
     fig.tight_layout()

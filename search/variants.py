@@ -136,6 +136,10 @@ def parse_variant(item: str) -> Variant:
         part = raw.strip()
         kind, colon, value = part.partition(":")
         kind = kind.strip().lower()
+        if kind not in VARIANT_KINDS and "=" in kind:
+            raise VariantError(
+                f"variant {item!r}: a label goes before the whole spec, as in NAME={text.replace(part, part.split('=', 1)[1])}"
+            )
         if kind not in VARIANT_KINDS:
             raise VariantError(
                 f"unknown variant {part!r} in {item!r}; known: base, uniform:F, adapter:PATH, "

@@ -148,6 +148,7 @@ def test_parse_variants_and_labels():
         ("base+uniform:1.1", "cannot be combined"),
         ("uniform:1.1,uniform:1.1", "listed twice"),
         ("adapter:", "needs a value"),
+        ("linear:2+best=adapter:x", "a label goes before the whole spec, as in NAME=linear:2+adapter:x"),
         (",", "no variants"),
     ],
 )
