@@ -8,7 +8,7 @@ from typing import Any
 VERDICT_NOTE = (
     "Differences are paired over the same samples; *within noise* means the 95 % confidence interval of the "
     "difference includes 0, so these samples do not show a difference (more samples may); *identical* means "
-    "every sample scored exactly the same."
+    "every sample scored exactly the same; *n/a*: a single sample, no interval."
 )
 
 
@@ -111,6 +111,15 @@ def positions_markdown(data: Mapping[str, Any], plot_name: str | None = "positio
     return "\n".join(lines)
 
 
+def _length(n: str | int) -> str:
+    return f"{int(n) // 1024}k" if int(n) % 1024 == 0 else str(n)
+
+
+def _windows(settings: Mapping[str, Any]) -> str:
+    count = settings.get("num_windows", "?")
+    return f"{count} window" if count == 1 else f"up to {count} windows"
+
+
 def lengths_markdown(data: Mapping[str, Any], plot_name: str | None = "lengths.png") -> str:
     """The extrapolation report."""
     settings = data.get("settings", {})
@@ -118,11 +127,12 @@ def lengths_markdown(data: Mapping[str, Any], plot_name: str | None = "lengths.p
     lines = [
         f"# Extrapolation: perplexity by context length on {settings.get('model', 'the model')}",
         "",
-        f"Text: `{settings.get('data_path', '?')}`; up to {settings.get('num_windows', '?')} windows per length, "
-        f"sliding by {settings.get('stride') or 'one window'} tokens; each window is scored in full "
-        f"(every token after the first), in one forward pass whose logits are computed "
-        f"{settings.get('chunk_tokens', '?')} rows at a time. The model was trained on "
-        f"{settings.get('max_position_embeddings', '?')} positions. Cells: perplexity [95 % CI over windows].",
+        f"Text: `{settings.get('data_path', '?')}`; {_windows(settings)} per length, "
+        + (f"starting every {settings['stride']} tokens" if settings.get("stride") else "without overlap")
+        + "; each window is scored in full (every token after the first) in one forward pass whose logits are "
+        f"computed {settings.get('chunk_tokens', '?')} rows at a time. The model was trained on "
+        f"{settings.get('max_position_embeddings', '?')} positions. Cells: perplexity [95 % CI over windows; "
+        "none with one window].",
         "",
     ]
     if plot_name:
@@ -131,7 +141,7 @@ def lengths_markdown(data: Mapping[str, Any], plot_name: str | None = "lengths.p
     for v in data["variants"]:
         by_len = data["summary"][v["name"]]["by_length"]
         rows.append([f"`{v['name']}`"] + [_cell({**by_len[n], "mean": by_len[n]["perplexity"]}, 2) for n in lengths])
-    lines += _table(["variant"] + [f"{int(n) // 1024}k" if int(n) % 1024 == 0 else n for n in lengths], rows)
+    lines += _table(["variant"] + [_length(n) for n in lengths], rows)
     lines.append("")
     if data.get("comparisons"):
         ref = data["reference"]
@@ -144,7 +154,7 @@ def lengths_markdown(data: Mapping[str, Any], plot_name: str | None = "lengths.p
         rows = []
         for name, by_len in data["comparisons"].items():
             rows.append([f"`{name}`"] + [_diff(by_len[n], 3) for n in lengths])
-        lines += _table(["variant"] + lengths, rows)
+        lines += _table(["variant"] + [_length(n) for n in lengths], rows)
         lines.append("")
     lines += ["## Variants", ""] + _variants_table(data) + [""]
     lines += _command(data)

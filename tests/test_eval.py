@@ -148,7 +148,7 @@ def test_parse_variants_and_labels():
         ("base+uniform:1.1", "cannot be combined"),
         ("uniform:1.1,uniform:1.1", "listed twice"),
         ("adapter:", "needs a value"),
-        ("linear:2+best=adapter:x", "a label goes before the whole spec, as in NAME=linear:2+adapter:x"),
+        ("linear:2+best=adapter:x", r"a label goes before the whole spec, as in NAME=linear:2\+adapter:x"),
         (",", "no variants"),
     ],
 )
@@ -450,6 +450,7 @@ def test_eval_on_smollm2(smollm2, tmp_path):
         samples,
         variants,
         plans=check_variants(variants, model.config),
+        max_new_tokens=12,  # short answers keep the test quick on 2 CPU cores; identity is checked on their text
         progress=False,
         settings={"model": "SmolLM2-135M-Instruct"},
     )
@@ -460,4 +461,7 @@ def test_eval_on_smollm2(smollm2, tmp_path):
     assert data["comparisons"]["uniform:1.25"]["logprob"]["overall"]["verdict"] != "identical"
     assert data["summary"]["base"]["logprob"]["overall"]["mean"] > -2.0  # the real model copies a uuid from context
     assert len(data["samples"]) == 3 * 4 and all(r["prediction"] for r in data["samples"])
+    assert data["settings"]["max_new_tokens"] == 12
+    answers = {(r["variant"], r["sample"]): r["prediction"] for r in data["samples"]}
+    assert all(answers[("uniform:1", i)] == answers[("base", i)] for i in range(4))
     assert (tmp_path / "positions.png").is_file()
