@@ -465,3 +465,20 @@ def test_eval_on_smollm2(smollm2, tmp_path):
     answers = {(r["variant"], r["sample"]): r["prediction"] for r in data["samples"]}
     assert all(answers[("uniform:1", i)] == answers[("base", i)] for i in range(4))
     assert (tmp_path / "positions.png").is_file()
+
+
+def test_eval_and_search_spell_shared_flags_alike():
+    """`eval` and `search` take the same spellings: --pairs/--num-pairs, --positions 0 4 9 or 0,4,9,
+    --task-option/--task-arg, and a bare --chat-template."""
+    from rope_adapter.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["--pairs", "7", "--positions", "0", "4,9"], ["--num-pairs", "7", "--positions", "0,4,9"]):
+        ev_args = parser.parse_args(["eval", *argv, "--task-option", "a=1", "--chat-template"])
+        se_args = parser.parse_args(["search", *argv, "--task-arg", "a=1", "--chat-template"])
+        assert ev_args.num_pairs == se_args.pairs == 7
+        assert ev_args.positions == se_args.positions == [0, 4, 9]
+        assert ev_args.task_arg == se_args.task_option == [("a", 1)]
+        assert ev_args.chat_template == "on" and se_args.chat_template is True
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval", "--positions", "0,x"])

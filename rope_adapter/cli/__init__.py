@@ -18,6 +18,25 @@ class CliError(Exception):
     """An error the CLI reports as one line, without a traceback."""
 
 
+class IntListAction(argparse.Action):
+    """Integers given either way: ``--positions 0 4 9`` or ``--positions 0,4,9`` (eval and search agree)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+        items = [values] if isinstance(values, str) else list(values)
+        out: list[int] = []
+        for item in items:
+            for part in str(item).split(","):
+                if not part.strip():
+                    continue
+                try:
+                    out.append(int(part))
+                except ValueError:
+                    parser.error(f"{option_string}: expected integers (0 4 9 or 0,4,9), got {part!r}")
+        if not out:
+            parser.error(f"{option_string}: give at least one integer")
+        setattr(namespace, self.dest, out)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rope-adapter",

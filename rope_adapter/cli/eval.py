@@ -17,16 +17,9 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.cli import CliError
+from rope_adapter.cli import CliError, IntListAction
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def _task_arg(text: str) -> tuple[str, Any]:
@@ -68,13 +61,27 @@ def add_task_arguments(p: argparse.ArgumentParser, default_samples: int) -> None
         help="skip the first N records of the seeded draw (the search records of a study with N records and the "
         "same seed) and evaluate the next --num-samples",
     )
-    g.add_argument("--positions", type=_int_list, help="gold positions, e.g. 0,5,10,14,19 (default: evenly spaced)")
+    g.add_argument(
+        "--positions",
+        nargs="+",
+        action=IntListAction,
+        metavar="P",
+        help="gold positions, e.g. 0 5 10 14 19 or 0,5,10,14,19 (default: evenly spaced)",
+    )
     g.add_argument("--num-positions", type=int, help="number of evenly spaced default positions (task default 5)")
-    g.add_argument("--num-pairs", type=int, help="kv_retrieval: key-value pairs per generated record (default 20)")
+    g.add_argument(
+        "--num-pairs",
+        "--pairs",
+        dest="num_pairs",
+        type=int,
+        help="kv_retrieval: key-value pairs per generated record (default 20)",
+    )
     g.add_argument("--num-filler", type=int, help="passkey: filler sentences around the needle (default 40)")
     g.add_argument("--num-documents", type=int, help="mdqa: documents per prompt, gold included (default 10)")
     g.add_argument(
         "--task-arg",
+        "--task-option",
+        dest="task_arg",
         type=_task_arg,
         action="append",
         default=[],
@@ -83,10 +90,12 @@ def add_task_arguments(p: argparse.ArgumentParser, default_samples: int) -> None
     )
     g.add_argument(
         "--chat-template",
+        nargs="?",
+        const="on",
         default="off",
         choices=["auto", "on", "off"],
         help="wrap prompts in the tokenizer's chat template (default off: the raw benchmark prompt, as the search "
-        "scores it; auto: when the tokenizer has one)",
+        "scores it; auto: when the tokenizer has one; the flag alone means on, as in `search`)",
     )
     g.add_argument("--system-prompt", help="system message for the chat template")
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.cli import CliError
+from rope_adapter.cli import CliError, IntListAction
 
 EPILOG = """\
 examples:
@@ -85,13 +85,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("task")
     g.add_argument("--task", default=_default("task"), help=_help("task"))
     g.add_argument("--data", default=_default("data"), help=_help("data"))
-    g.add_argument("--pairs", type=int, default=_default("pairs"), help=_help("pairs"))
+    g.add_argument("--pairs", "--num-pairs", dest="pairs", type=int, default=_default("pairs"), help=_help("pairs"))
     g.add_argument(
-        "--positions", type=int, nargs="+", default=_default("positions"), metavar="P", help=_help("positions")
+        "--positions",
+        nargs="+",
+        action=IntListAction,
+        default=_default("positions"),
+        metavar="P",
+        help=_help("positions") + " Written 0 5 10 or 0,5,10.",
     )
     g.add_argument("--num-positions", type=int, default=_default("num_positions"), help=_help("num_positions"))
     g.add_argument(
         "--task-option",
+        "--task-arg",
+        dest="task_option",
         type=_key_value,
         action="append",
         default=[],  # collected pairs; SearchSettings.task_options is built from them
