@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,7 +164,12 @@ def _from_path(model: str | os.PathLike, adapter: str | os.PathLike, out: Path, 
     logger.info("loading %s", base_ref)
     base = AutoModelForCausalLM.from_pretrained(base_ref, dtype="auto" if dtype is None else dtype)
     base.eval()
-    peft_model = PeftModel.from_pretrained(base, os.fspath(adapter))
+    with warnings.catch_warnings():
+        # the adapter was checked against this base above; PEFT's note that the base's path differs from the
+        # adapter's `base_model_name_or_path` (a Hub id vs a local copy of it) only confuses
+        warnings.filterwarnings("ignore", message=".*base_model_name_or_path.*", category=UserWarning)
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = PeftModel.from_pretrained(base, os.fspath(adapter))
     return _Source(
         peft_model=peft_model,
         adapter_name="default",

@@ -129,6 +129,38 @@ def choose(
     return found, best_uniform, base
 
 
+def search_set_warning(
+    found: Mapping[str, Any] | None,
+    baselines: Sequence[tuple[str, Mapping[str, Any] | None]],
+    spec: ObjectiveSpec,
+    select: str,
+    settings: Mapping[str, Any],
+) -> str | None:
+    """A warning when the found (searched) trial does not beat a baseline on the search set itself.
+
+    The adapter is always the best *searched* curve, so that the held-out comparison tests what the search found;
+    when even the search set prefers a baseline, the budget was too small for the range, and the user must know
+    before using the adapter.
+    """
+    if found is None or found.get("baseline") or not found.get("objectives"):
+        return None
+    mine = select_key(found, spec, select)
+    beaten = [
+        (label, other)
+        for label, other in baselines
+        if other is not None and other.get("objectives") and select_key(other, spec, select) >= mine
+    ]
+    if not beaten:
+        return None
+    rule = "fitness" if spec.kind == "weighted" else {"balanced": "mean + worst"}.get(select, select)
+    shown = " and ".join(f"{label} ({select_key(other, spec, select)[0]:.3f})" for label, other in beaten)
+    return (
+        f"On the search set the found curve ({rule} {mine[0]:.3f}) does not beat {shown}: no searched curve did "
+        f"within this budget. Run more trials (the same command resumes the study) or narrow the factor range "
+        f"(now --s-min {settings['s_min']} --s-max {settings['s_max']}) before using this adapter."
+    )
+
+
 # --------------------------------------------------------------------------------------------------------------
 # paired statistics
 # --------------------------------------------------------------------------------------------------------------
@@ -275,6 +307,16 @@ def build_report(
             "by_position": found["by_position"],
             "on_pareto_front": found["number"] in front,
             "select": settings.select if spec.kind == "pareto" else "fitness",
+            "warning": search_set_warning(
+                found,
+                [
+                    ("the unscaled model", base),
+                    (f"the best uniform factor {best_uniform['uniform']:g}" if best_uniform else "", best_uniform),
+                ],
+                spec,
+                settings.select,
+                {"s_min": settings.s_min, "s_max": settings.s_max},
+            ),
         }
     search_comparison = {}
     if found is not None:
@@ -455,6 +497,8 @@ def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
         "objectives": report["study"]["objectives"],
         "search": {"by_position": chosen["by_position"], **(chosen["objectives"] or {})},
     }
+    if chosen.get("warning"):
+        scores["search"]["warning"] = chosen["warning"]
     holdout = report.get("holdout")
     if holdout:
         found = holdout["configs"]["found"]
@@ -596,6 +640,8 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
             + " | ".join(_fmt(bp.get(p)) for p in positions)
             + f" | {_fmt(obj.get('mean'))} | {_fmt(obj.get('worst'))} |"
         )
+    if chosen is not None and chosen.get("warning"):
+        lines += ["", f"**Warning:** {chosen['warning']}"]
     holdout = report.get("holdout")
     if holdout:
         lines += [

@@ -732,7 +732,10 @@ def make_worker(
         model, tokenizer = load_model(settings, device, dtype)
     elif tokenizer is None:
         raise SearchError("a model object needs its tokenizer too (run_search(settings, model=..., tokenizer=...))")
-    peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
+    from .variants import quiet_peft
+
+    with quiet_peft():
+        peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
     if settings.model.casefold() == DEFAULT_MODEL:
         peft_model.peft_config["default"].base_model_name_or_path = HUB_ID
     num_layers = int(peft_model.peft_config["default"].num_layers)

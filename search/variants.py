@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -330,6 +331,15 @@ def _rebuild_rotary(model: nn.Module) -> None:
 
 
 @contextmanager
+def quiet_peft() -> Iterator[None]:
+    """Silence PEFT's read of transformers' deprecated ``is_gradient_checkpointing`` (a FutureWarning that tells
+    our users nothing) while a PEFT model is made."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
+@contextmanager
 def build_variant(
     model: nn.Module, variant: Variant, plan: AdapterPlan | None = None, *, adapter_name: str = "default"
 ) -> Iterator[nn.Module]:
@@ -349,21 +359,22 @@ def build_variant(
         text_new, text_work = _text_config(new_config), _text_config(work.config)
         text_work.rope_parameters = text_new.rope_parameters  # the copy's modules share this config object
         _rebuild_rotary(work)
-    if variant.uniform is not None:
-        work = get_peft_model(work, LrsConfig(factors=variant.uniform), adapter_name=adapter_name)
-    elif plan is not None:
-        if plan.load_as_saved:
-            from peft import PeftModel
+    with quiet_peft():
+        if variant.uniform is not None:
+            work = get_peft_model(work, LrsConfig(factors=variant.uniform), adapter_name=adapter_name)
+        elif plan is not None:
+            if plan.load_as_saved:
+                from peft import PeftModel
 
-            work = PeftModel.from_pretrained(work, plan.source, adapter_name=adapter_name)
-        else:
-            provenance = dict(plan.config.provenance or {})
-            provenance["combined_with"] = {
-                "source_adapter": plan.source,
-                "made_for_rope_parameters": plan.config.base_rope_parameters,
-            }
-            lrs = LrsConfig(factors=plan.factors, provenance=provenance)
-            work = get_peft_model(work, lrs, adapter_name=adapter_name)
+                work = PeftModel.from_pretrained(work, plan.source, adapter_name=adapter_name)
+            else:
+                provenance = dict(plan.config.provenance or {})
+                provenance["combined_with"] = {
+                    "source_adapter": plan.source,
+                    "made_for_rope_parameters": plan.config.base_rope_parameters,
+                }
+                lrs = LrsConfig(factors=plan.factors, provenance=provenance)
+                work = get_peft_model(work, lrs, adapter_name=adapter_name)
     yield work.eval()
 
 

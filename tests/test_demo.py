@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 
+import pytest
 import torch
 from peft import PeftModel
 from tiny_models import byte_tokenizer, tiny_model
@@ -46,7 +47,7 @@ def test_demo_end_to_end_on_a_tiny_model(tmp_path, capsys):
 
     # the adapter and the exported model agree, and the export loads without PEFT
     _, factors = rope_adapter.read_adapter_factors(out / "2-search" / "adapter")
-    assert read_exported_factors(out / "4-exported")["factors"] == factors.tolist()
+    assert read_exported_factors(out / "4-exported")["factors"] == pytest.approx(factors.tolist())
     exported = AutoModelForCausalLM.from_pretrained(out / "4-exported")
     adapted = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(model_dir), out / "2-search" / "adapter")
     ids = torch.arange(3, 60).unsqueeze(0)
@@ -55,7 +56,8 @@ def test_demo_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert (out / "4-exported" / "README.md").read_text() == (out / "model-card.md").read_text()
 
     # each step's printed command reruns that step alone: rerun step 1 into a new folder
-    commands = [line for line in report.splitlines() if line.startswith("rope-adapter ")]
+    steps = report.split("Each step alone")[1]
+    commands = [line for line in steps.splitlines() if line.startswith("rope-adapter ")]
     assert len(commands) == 4 and commands[0].startswith("rope-adapter eval ")
     argv = shlex.split(commands[0])[1:]
     argv[argv.index("--out") + 1] = str(tmp_path / "again")

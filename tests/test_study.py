@@ -31,7 +31,7 @@ from rope_adapter.search.objective import (
     position_means,
     truncate_targets,
 )
-from rope_adapter.search.report import choose, paired_difference, pareto_front
+from rope_adapter.search.report import choose, paired_difference, pareto_front, search_set_warning
 from rope_adapter.search.scoring import prepare, token_logprobs
 from rope_adapter.search.tasks import KVRetrievalTask
 
@@ -239,6 +239,18 @@ def test_pareto_front_and_choice():
     assert (found["number"], uniform["number"], base["number"]) == (2, 1, 0)
     assert choose(records, spec, "worst")[0]["number"] == 3
     assert choose(records, spec, "balanced")[0]["number"] == 3
+
+    # the found curve beats both baselines on its rule: no warning; on "worst" it beats them too (-1.5)
+    settings = {"s_min": 1.0, "s_max": 2.0}
+    baselines = [("the unscaled model", base), ("the best uniform factor 1.05", uniform)]
+    assert search_set_warning(found, baselines, spec, "mean", settings) is None
+    # a found curve that the unscaled model beats is flagged, naming the rule, the baseline and the way out
+    worse = rec(6, -1.05, -2.7)
+    warning = search_set_warning(worse, baselines, spec, "mean", settings)
+    assert "does not beat the unscaled model (-1.000)" in warning and "uniform factor 1.05" not in warning
+    assert "mean -1.050" in warning and "--s-min 1.0 --s-max 2.0" in warning and "resumes" in warning
+    assert "the best uniform factor 1.05 (-1.900)" in search_set_warning(worse, baselines, spec, "worst", settings)
+    assert search_set_warning(base, baselines, spec, "mean", settings) is None  # a baseline chosen: said elsewhere
 
 
 # ---------------------------------------------------------------------------------------------------- studies

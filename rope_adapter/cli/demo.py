@@ -31,7 +31,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="base model (default: the embedded SmolLM2)")
     p.add_argument("--pairs", type=int, default=10, help="key-value pairs per record (default: 10)")
     p.add_argument("--positions", type=int, nargs="+", default=[0, 4, 9], help="gold positions (default: 0 4 9)")
-    p.add_argument("--trials", type=int, default=12, help="search trials (default: 12)")
+    p.add_argument("--trials", type=int, default=24, help="search trials (default: 24)")
+    p.add_argument("--population", type=int, default=8, help="NSGA-II population per generation (default: 8)")
+    p.add_argument(
+        "--s-min",
+        type=float,
+        default=0.9,
+        help="smallest factor (default 0.9: a small budget needs a narrow range; prompts here are far inside "
+        "SmolLM2's 8k trained context, where large factors only hurt)",
+    )
+    p.add_argument("--s-max", type=float, default=1.2, help="largest factor (default: 1.2)")
     p.add_argument("--search-records", type=int, default=4, help="records scored by every trial (default: 4)")
     p.add_argument("--eval-records", type=int, default=8, help="records per evaluation (default: 8)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
@@ -78,7 +87,15 @@ def run(args: argparse.Namespace) -> int:
         "search per-layer factors (Bezier curve over depth, NSGA-II)",
         ["search", "--model", args.model, "--task", "kv-retrieval", "--pairs", str(args.pairs)]
         + ["--positions", *positions, "--search-records", str(args.search_records)]
-        + ["--holdout-records", str(args.eval_records), "--trials", str(args.trials), "--population", "6"]
+        + [
+            "--holdout-records",
+            str(args.eval_records),
+            "--trials",
+            str(args.trials),
+            "--population",
+            str(args.population),
+        ]
+        + ["--s-min", f"{args.s_min:g}", "--s-max", f"{args.s_max:g}"]
         + [
             "--storage",
             f"sqlite:///{(search_dir / 'study.db').resolve()}",

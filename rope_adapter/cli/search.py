@@ -240,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
         "finished_trials": report["study"]["complete"],
         "chosen_trial": result.chosen_trial,
         "verdict": holdout.get("verdict"),
+        "warning": (report.get("chosen") or {}).get("warning"),
     }
     if args.json:
         print(json.dumps(summary, indent=1))
@@ -253,6 +254,9 @@ def run(args: argparse.Namespace) -> int:
         print("no trial was scored yet: nothing to choose (run more trials)")
     else:
         print(f"chosen: trial {result.chosen_trial} -> {result.adapter_dir}")
+        warning = (report.get("chosen") or {}).get("warning")
+        if warning:
+            print(f"warning: {warning}")
         if holdout.get("verdict"):
             print(holdout["verdict"])
     print(f"report: {result.report_path} (summary: {result.out_dir / 'search_report.md'})")
