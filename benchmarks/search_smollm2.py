@@ -15,9 +15,11 @@ Writes JSON and Markdown next to the search's own output folder:
 
 A run with the same label resumes its study (the budget applies to each run); use a new label for a new study.
 
-``--overhead-only`` measures what a trial costs beyond its forward passes: one trial's scoring of the search set
-(factors swapped in, shared-prefix log-probs of the first k answer tokens) against the bare model (adapter
-disabled) running only the same shared prefixes in the same batches, interleaved, the minimum of --repeats each.
+``--overhead-only`` measures what a trial costs beyond the forward passes it needs: one trial's scoring of the
+search set (factors swapped in, shared-prefix log-probs of the first k answer tokens) against the bare model
+(adapter disabled) scoring the same samples the same way, and against the shared-prefix passes alone,
+interleaved, the minimum of --repeats each; then one more trial split into prefix passes, continuation passes
+(the queries and answers against the shared cache) and the cache selection inside them.
 """
 
 from __future__ import annotations
@@ -61,18 +63,20 @@ def load_average() -> list[float] | None:
 
 
 def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
-    """Seconds of one trial's scoring vs the bare prefix forward passes it contains (see the module docstring)."""
+    """Seconds of one trial's scoring vs the forward passes it needs (see the module docstring)."""
     import numpy as np
 
+    from rope_adapter.search import scoring
     from rope_adapter.search.study import make_worker
 
     worker = make_worker(settings, 0, with_holdout=False)
     task = worker.search
+    evaluator = worker.evaluator
     groups = task.logprob_groups
     batches = [groups[i : i + settings.batch_size] for i in range(0, len(groups), settings.batch_size)]
     factors = np.linspace(1.0, 1.1, worker.num_layers)
 
-    def bare() -> float:
+    def bare_prefix() -> float:
         start = time.perf_counter()
         with torch.inference_mode(), worker.model.disable_adapter():
             for batch in batches:
@@ -86,16 +90,57 @@ def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
                 worker.model(input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1)
         return time.perf_counter() - start
 
-    trial_times, bare_times = [], []
+    def bare_scoring() -> float:
+        start = time.perf_counter()
+        with torch.inference_mode(), worker.model.disable_adapter():
+            scoring.token_logprobs(
+                worker.model, task, batch_size=evaluator.batch_size, max_batch_tokens=evaluator.max_batch_tokens
+            )
+        return time.perf_counter() - start
+
+    trial_times, scoring_times, prefix_times = [], [], []
     for _ in range(repeats):
-        trial_times.append(worker.evaluator.score(factors, task).seconds)
-        bare_times.append(bare())
+        trial_times.append(evaluator.score(factors, task).seconds)
+        scoring_times.append(bare_scoring())
+        prefix_times.append(bare_prefix())
+
+    # where a trial's time goes: wrap the scoring module's three steps for one more trial
+    spent = {"prefix_passes": 0.0, "continuation_passes": 0.0, "cache_selection": 0.0}
+    steps = {"_prefix_pass": "prefix_passes", "_score_chunk": "continuation_passes", "_select_cache": "cache_selection"}
+    originals = {name: getattr(scoring, name) for name in steps}
+
+    def timed(name: str):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return originals[name](*args, **kwargs)
+            finally:
+                spent[steps[name]] += time.perf_counter() - start
+
+        return wrapper
+
+    try:
+        for name in steps:
+            setattr(scoring, name, timed(name))
+        profiled = evaluator.score(factors, task).seconds
+    finally:
+        for name, fn in originals.items():
+            setattr(scoring, name, fn)
+    trial, bare = min(trial_times), min(scoring_times)
     return {
-        "trial_seconds": min(trial_times),
-        "bare_prefix_seconds": min(bare_times),
-        "ratio": min(trial_times) / min(bare_times),
+        "trial_seconds": trial,
+        "bare_scoring_seconds": bare,
+        "ratio": trial / bare,
+        "bare_prefix_seconds": min(prefix_times),
+        "breakdown_seconds": {
+            "trial": profiled,
+            **spent,
+            "continuation_forwards_without_cache_selection": spent["continuation_passes"] - spent["cache_selection"],
+            "rest": profiled - spent["prefix_passes"] - spent["continuation_passes"],
+        },
         "all_trial_seconds": trial_times,
-        "all_bare_prefix_seconds": bare_times,
+        "all_bare_scoring_seconds": scoring_times,
+        "all_bare_prefix_seconds": prefix_times,
         "records": settings.search_records,
         "samples": len(task),
         "tokens": task.token_counts(),
@@ -121,7 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-seed", type=int, default=0)
     p.add_argument("--results", type=Path, default=Path("benchmarks/results"))
-    p.add_argument("--overhead-only", action="store_true", help="only measure trial cost vs bare forward passes")
+    p.add_argument(
+        "--overhead-only", action="store_true", help="only measure a trial's cost vs the bare forward passes it needs"
+    )
     p.add_argument("--repeats", type=int, default=3, help="repeats of the overhead measurement")
     args = p.parse_args(argv)
 
