@@ -246,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         f"- wall time {wall / 60:.1f} min (budget {settings.budget / 60:.0f} min); machine: "
         f"{summary['machine'].get('cpu_model', '?')}, {args.threads} torch threads, {settings.dtype}; "
         f"load average before/after {load_before} / {summary['load_average_after']} "
-        "(the 2 cores are shared with other jobs: timings are pessimistic)",
+        + (
+            f"(above the search's own {args.threads} threads: other jobs shared the cores, timings are pessimistic)"
+            if max((load_before or [0])[0], (summary["load_average_after"] or [0])[0]) > args.threads + 1
+            else "(the search's own threads, no other load worth naming)"
+        ),
         f"- {report['study']['complete']} trials ({report['study']['evaluated']} scored, "
         f"{report['study']['infeasible']} infeasible, not scored); "
         f"{timing['trials_per_minute_this_run']:.2f} trials/min, "

@@ -480,5 +480,7 @@ def test_eval_and_search_spell_shared_flags_alike():
         assert ev_args.positions == se_args.positions == [0, 4, 9]
         assert ev_args.task_arg == se_args.task_option == [("a", 1)]
         assert ev_args.chat_template == "on" and se_args.chat_template is True
+    assert parser.parse_args(["eval", "--task", "kv-retrieval"]).task == "kv_retrieval"
+    assert parser.parse_args(["analyze", "--task", "kv-retrieval"]).task == "kv_retrieval"
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "--positions", "0,x"])

@@ -22,6 +22,11 @@ from rope_adapter.cli import CliError, IntListAction
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
 
+def _task_name(text: str) -> str:
+    """Task names as the registry keys them: ``kv-retrieval`` and ``kv_retrieval`` are the same task."""
+    return text.strip().replace("-", "_")
+
+
 def _task_arg(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
@@ -47,7 +52,12 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
 def add_task_arguments(p: argparse.ArgumentParser, default_samples: int) -> None:
     """Task and sample options (shared with `analyze`)."""
     g = p.add_argument_group("task and samples")
-    g.add_argument("--task", default="kv_retrieval", help="kv_retrieval, passkey, mdqa or perplexity")
+    g.add_argument(
+        "--task",
+        default="kv_retrieval",
+        type=_task_name,
+        help="kv_retrieval (or kv-retrieval, as `search` writes it), passkey, mdqa or perplexity",
+    )
     g.add_argument("--data", help="data file: Lost in the Middle .jsonl(.gz) (kv_retrieval, mdqa) or text (perplexity)")
     g.add_argument(
         "--num-samples", type=int, default=default_samples, help="records to evaluate (each at every gold position)"
