@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--search-records", type=int, default=6)
     p.add_argument("--holdout-records", type=int, default=12)
     p.add_argument("--pairs", type=int, default=20)
-    p.add_argument("--k", type=int, default=4)
+    p.add_argument(
+        "--k", type=lambda t: None if t == "all" else int(t), default=4, help="answer tokens scored, or 'all'"
+    )
     p.add_argument("--s-min", type=float, default=0.9)
     p.add_argument("--s-max", type=float, default=1.2)
     p.add_argument("--uniform", type=float, nargs="*", default=[0.95, 1.05, 1.1])

@@ -124,3 +124,13 @@ def test_cli_bad_input_is_one_line(tmp_path, model_dir, capsys, args, message):
     assert code == 2
     assert err.startswith("rope-adapter: error:") and message in err and "\n" not in err
     assert "topsecret" not in err
+
+
+def test_k_takes_a_count_or_all(capsys):
+    parser = search_parser()
+    assert parser.parse_args(["--k", "all"]).k is None  # the whole answer (SearchSettings.k = None)
+    assert parser.parse_args(["--k", "3"]).k == 3
+    for bad in ("0", "three"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--k", bad])
+        assert "'all'" in capsys.readouterr().err

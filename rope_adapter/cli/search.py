@@ -48,6 +48,19 @@ def _default(name: str) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def _k_value(text: str) -> int | None:
+    """``--k``: a positive number of answer tokens, or ``all`` for the whole answer."""
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens >= 1 or 'all', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens >= 1 or 'all', got {text!r}")
+    return value
+
+
 def _key_value(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
@@ -112,7 +125,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     g = p.add_argument_group("objective")
     g.add_argument("--score", default=_default("score"), choices=["logprob", "accuracy"], help=_help("score"))
-    g.add_argument("--k", type=int, default=_default("k"), help=_help("k"))
+    g.add_argument(
+        "--k", type=_k_value, default=_default("k"), help=_help("k") + " 'all': every answer token (the whole answer)."
+    )
     g.add_argument(
         "--objective", default=_default("objective"), choices=["pareto", "weighted"], help=_help("objective")
     )
