@@ -405,6 +405,7 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
     ids = [s.record_id for s in task.samples]
     scores: dict[str, np.ndarray] = {}
     accuracy: dict[str, np.ndarray] = {}
+    whole: dict[str, np.ndarray] = {}  # mean log-prob over every answer token (when the score keeps only k)
     out: dict[str, Any] = {
         "records": len(set(ids)),
         "samples": len(task),
@@ -428,7 +429,8 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
         if name == "found":
             entry["trial"] = report["chosen"]["number"]
         if scored.logprobs is not None:
-            entry["mean_logprob_all_answer_tokens"] = position_dict(positions, scored.logprobs.mean(None))
+            whole[name] = scored.logprobs.mean(None)
+            entry["mean_logprob_all_answer_tokens"] = position_dict(positions, whole[name])
             if name == "base":
                 selection = select_k(scored.logprobs, max_k=8)
                 out["k_selection"] = {
@@ -452,6 +454,11 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
             if a in accuracy and b in accuracy:
                 differences[f"{a}-{b}"]["accuracy"] = paired_difference(
                     accuracy[a], accuracy[b], positions, ids, settings.seed
+                )
+            if out["k"] is not None and a in whole and b in whole:
+                # the first-k score can rise while copying the rest of the answer gets worse: check it here
+                differences[f"{a}-{b}"]["whole_answer"] = paired_difference(
+                    whole[a], whole[b], positions, ids, settings.seed
                 )
     out["differences"] = differences
     out["verdict"] = holdout_verdict(out)
@@ -486,7 +493,20 @@ def holdout_verdict(holdout: Mapping[str, Any]) -> str:
         parts.append(f"{word} {label} ({describe_difference('diff', d).split(': ', 1)[1]})")
     if not parts:
         return "no comparison"
-    return "On the held-out records the found factors " + " and ".join(parts) + " in mean score over positions."
+    text = "On the held-out records the found factors " + " and ".join(parts) + " in mean score over positions."
+    whole = diffs.get("found-base", {}).get("whole_answer")
+    if whole is not None:
+        d = whole["mean"]
+        se = d["se"] or 0.0
+        detail = describe_difference("diff", d).split(": ", 1)[1]
+        if se > 0 and d["diff"] < -2 * se:
+            text += (
+                f" Warning: over the whole answer (every token, not the first {holdout['k']}) they are worse than "
+                f"the unscaled model ({detail}): the score's gain does not carry to the full answer."
+            )
+        else:
+            text += f" Over the whole answer (every token) against the unscaled model: {detail}."
+    return text
 
 
 def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -676,6 +696,18 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
             lines.append(
                 f"| {key} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
                 f"{w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
+            )
+        for key, d in holdout["differences"].items():
+            whole = d.get("whole_answer")
+            if whole is None:
+                continue
+            cells = [
+                f"{whole['by_position'][p]['diff']:+.3f} ± {_fmt(whole['by_position'][p]['se'])}" for p in positions
+            ]
+            w = whole["worst"]
+            lines.append(
+                f"| {key}, whole answer | " + " | ".join(cells) + f" | {whole['mean']['diff']:+.3f} ± "
+                f"{_fmt(whole['mean']['se'])} | {w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
             )
         if any("accuracy_by_position" in c for c in holdout["configs"].values()):
             lines += ["", "Greedy accuracy (the benchmark's rule):", ""]

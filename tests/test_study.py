@@ -31,7 +31,13 @@ from rope_adapter.search.objective import (
     position_means,
     truncate_targets,
 )
-from rope_adapter.search.report import choose, paired_difference, pareto_front, search_set_warning
+from rope_adapter.search.report import (
+    choose,
+    holdout_verdict,
+    paired_difference,
+    pareto_front,
+    search_set_warning,
+)
 from rope_adapter.search.scoring import prepare, token_logprobs
 from rope_adapter.search.tasks import KVRetrievalTask
 
@@ -218,6 +224,24 @@ def test_paired_difference_statistics():
     assert d["worst"]["se_bootstrap"] is not None
 
 
+def test_holdout_verdict_flags_a_first_k_gain_that_hurts_the_whole_answer():
+    def diff(value, se):
+        return {"mean": {"diff": value, "se": se}}
+
+    holdout = {
+        "k": 4,
+        "differences": {
+            "found-base": {**diff(0.08, 0.03), "whole_answer": diff(-0.49, 0.03)},
+            "found-best_uniform": diff(0.07, 0.04),
+        },
+    }
+    verdict = holdout_verdict(holdout)
+    assert verdict.startswith("On the held-out records the found factors beat the unscaled model")
+    assert "Warning: over the whole answer (every token, not the first 4) they are worse" in verdict
+    holdout["differences"]["found-base"]["whole_answer"] = diff(0.01, 0.02)
+    assert "Warning" not in holdout_verdict(holdout) and "Over the whole answer" in holdout_verdict(holdout)
+
+
 def test_pareto_front_and_choice():
     def rec(number, mean, worst, baseline=None, uniform=None, feasible=True):
         return {
@@ -314,6 +338,9 @@ def test_outputs_of_a_finished_search(finished):
     assert holdout["samples"] == settings.holdout_records * settings.num_positions
     for d in holdout["differences"].values():
         assert set(d["by_position"]) == {"0", "1", "2"} and "se" in d["mean"] and "accuracy" in d
+        if settings.k is not None:  # the first-k score is checked against the whole answer too
+            assert set(d["whole_answer"]["by_position"]) == {"0", "1", "2"}
+    assert "Over the whole answer" in holdout["verdict"] or "Warning: over the whole answer" in holdout["verdict"]
     assert "accuracy_by_position" in holdout["configs"]["found"] and "perplexity" in holdout["configs"]["base"]
     assert holdout["configs"]["base"]["factors"] == [1.0] * NUM_LAYERS
     assert report["timing"]["seconds_per_scored_sample"] > 0 and report["timing"]["trials_per_minute_this_run"] > 0
