@@ -138,7 +138,11 @@ class SearchSettings:
     chat_template: bool = _f(False, "Wrap prompts in the tokenizer's chat template (default: raw prompt).")
     # -- objective -----------------------------------------------------------------------------------------
     score: str = _f("logprob", "'logprob': mean gold log-prob of the first k answer tokens; 'accuracy': greedy.")
-    k: int | None = _f(4, "Answer tokens in the log-prob score (the retrieval decision sits in the first ones).")
+    k: int | None = _f(
+        4,
+        "Answer tokens in the log-prob score (the retrieval decision sits in the first ones; None: every token). "
+        "The held-out report checks a first-k gain against the whole answer.",
+    )
     objective: str = _f(
         "pareto", "'pareto': maximise mean and worst position score (NSGA-II); 'weighted': a single fitness."
     )
