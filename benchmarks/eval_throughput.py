@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from machine_info import environment
 
 from rope_adapter.embedded import load_default_model
 from rope_adapter.search.scoring import greedy_accuracy, prepare, token_logprobs
@@ -92,12 +92,7 @@ def main() -> None:
             "speedup": t_lp_plain / t_lp_ours,
             "max_abs_diff_of_sample_means": lp_diff,
         },
-        "environment": {
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "python": platform.python_version(),
-            "machine": platform.machine(),
-        },
+        "environment": environment(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+from machine_info import environment
 from peft import get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -187,13 +187,7 @@ def main() -> None:
     )
 
     results["targets"] = {"latency_ratio_max": 1.03, "memory_ratio_max": 1.05}
-    results["environment"] = {
-        "device": args.device,
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-    }
+    results["environment"] = {"device": args.device, **environment()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     print(f"wrote {args.out}")

@@ -26,40 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import sys
 import time
 from pathlib import Path
 
 import torch
+from machine_info import cpu_info, load_average
 
 from rope_adapter.search import SearchSettings, run_search
-
-
-def cpu_info() -> dict:
-    info = {
-        "cpus_visible": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-    }
-    try:
-        info["cpu_model"] = next(
-            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    return info
-
-
-def load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 def measure_overhead(settings: SearchSettings, repeats: int) -> dict:

@@ -182,59 +182,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`SearchSettings` of parsed arguments."""
+    """The :class:`SearchSettings` of parsed arguments (each flag's dest is its field's name, but for
+    ``--task-option`` and ``--no-progress``; lists become the tuples the dataclass holds)."""
+    from dataclasses import fields
+
     from rope_adapter.search import SearchSettings
 
-    return SearchSettings(
-        model=args.model,
-        tokenizer=args.tokenizer,
-        device=args.device,
-        dtype=args.dtype,
-        device_map=args.device_map,
-        batch_size=args.batch_size,
-        max_batch_tokens=args.max_batch_tokens,
-        threads=args.threads,
-        task=args.task,
-        data=args.data,
-        pairs=args.pairs,
-        positions=None if args.positions is None else tuple(args.positions),
-        num_positions=args.num_positions,
-        task_options=dict(args.task_option),
-        search_records=args.search_records,
-        holdout_records=args.holdout_records,
-        data_seed=args.data_seed,
-        chat_template=args.chat_template,
-        score=args.score,
-        k=args.k,
-        objective=args.objective,
-        position_weights=None if args.position_weights is None else tuple(args.position_weights),
-        worst_weight=args.worst_weight,
-        select=args.select,
-        degree=args.degree,
-        x_mode=args.x_mode,
-        s_min=args.s_min,
-        s_max=args.s_max,
-        margin=args.margin,
-        layer_bounds=tuple(args.layer_bounds),
-        max_step=args.max_step,
-        uniform=None if args.uniform is None else tuple(args.uniform),
-        ppl_text=args.ppl_text,
-        max_ppl_increase=args.max_ppl_increase,
-        ppl_window_chars=args.ppl_window_chars,
-        ppl_windows=args.ppl_windows,
-        trials=args.trials,
-        timeout=args.timeout,
-        budget=args.budget,
-        storage=args.storage,
-        study=args.study,
-        workers=args.workers,
-        population=args.population,
-        seed=args.seed,
-        heartbeat=args.heartbeat,
-        holdout_accuracy=args.holdout_accuracy,
-        out=str(args.out),
-        progress=not args.no_progress,
-    )
+    values = {f.name: getattr(args, f.name) for f in fields(SearchSettings) if hasattr(args, f.name)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    values.update(task_options=dict(args.task_option), out=str(args.out), progress=not args.no_progress)
+    return SearchSettings(**values)
 
 
 def run(args: argparse.Namespace) -> int:
