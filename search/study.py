@@ -50,7 +50,7 @@ from .objective import (
     perplexity_constraint,
     truncate_targets,
 )
-from .tasks import Task, available_tasks, get_task, split_records
+from .tasks import Task, available_tasks, canonical_task_name, get_task, split_records
 
 logger = logging.getLogger(__name__)
 
@@ -197,7 +197,7 @@ class SearchSettings:
     @property
     def task_name(self) -> str:
         """The registry name of the task (``kv-retrieval`` -> ``kv_retrieval``)."""
-        return self.task.strip().replace("-", "_")
+        return canonical_task_name(self.task)
 
     def space(self) -> BezierSpace:
         """The Bezier search space."""

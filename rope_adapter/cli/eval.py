@@ -24,7 +24,9 @@ DEFAULT_MODEL = "smollm2-135m-instruct"
 
 def _task_name(text: str) -> str:
     """Task names as the registry keys them: ``kv-retrieval`` and ``kv_retrieval`` are the same task."""
-    return text.strip().replace("-", "_")
+    from rope_adapter.search.tasks import canonical_task_name
+
+    return canonical_task_name(text)
 
 
 def _task_arg(text: str) -> tuple[str, Any]:

@@ -17,7 +17,7 @@ from .kv_retrieval import KVRecord, KVRetrievalTask
 from .mdqa import Document, MDQATask, QARecord, best_subspan_em, normalize_answer
 from .passkey import PasskeyRecord, PasskeyTask
 from .perplexity import PerplexityTask, TextWindow
-from .registry import available_tasks, get_task, register_task
+from .registry import available_tasks, canonical_task_name, get_task, register_task
 
 __all__ = [
     "Document",
@@ -32,6 +32,7 @@ __all__ = [
     "Task",
     "TextWindow",
     "apply_chat_template",
+    "canonical_task_name",
     "available_tasks",
     "best_subspan_em",
     "check_positions",

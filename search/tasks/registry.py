@@ -30,11 +30,16 @@ def register_task(name: str) -> Callable[[T], T]:
     return decorator
 
 
+def canonical_task_name(name: str) -> str:
+    """The registry key of a task name: ``kv-retrieval`` and ``kv_retrieval`` are the same task."""
+    return name.strip().replace("-", "_")
+
+
 def get_task(name: str) -> type[Task]:
     """The task class registered under ``name`` (``kv-retrieval`` and ``kv_retrieval`` both work); ``ValueError``
     listing the known names otherwise."""
     try:
-        return _TASKS[name.replace("-", "_")]
+        return _TASKS[canonical_task_name(name)]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(available_tasks())}") from None
 
