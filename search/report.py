@@ -690,24 +690,14 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         ]
         lines.append("| difference | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |")
         lines.append("|---" * (len(positions) + 3) + "|")
-        for key, d in holdout["differences"].items():
+        rows = [(key, d) for key, d in holdout["differences"].items()]
+        rows += [(f"{key}, whole answer", d["whole_answer"]) for key, d in rows if d.get("whole_answer")]
+        for label, d in rows:
             cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
             w = d["worst"]
             lines.append(
-                f"| {key} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
+                f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
                 f"{w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
-            )
-        for key, d in holdout["differences"].items():
-            whole = d.get("whole_answer")
-            if whole is None:
-                continue
-            cells = [
-                f"{whole['by_position'][p]['diff']:+.3f} ± {_fmt(whole['by_position'][p]['se'])}" for p in positions
-            ]
-            w = whole["worst"]
-            lines.append(
-                f"| {key}, whole answer | " + " | ".join(cells) + f" | {whole['mean']['diff']:+.3f} ± "
-                f"{_fmt(whole['mean']['se'])} | {w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
             )
         if any("accuracy_by_position" in c for c in holdout["configs"].values()):
             lines += ["", "Greedy accuracy (the benchmark's rule):", ""]
