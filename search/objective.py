@@ -4,9 +4,14 @@ A trial's control points give per-layer factors (:mod:`rope_adapter.search.bezie
 into the one ``PeftModel`` of the worker with :func:`rope_adapter.set_factors` and the search samples, tokenised
 once (:func:`rope_adapter.search.scoring.prepare`), are scored:
 
-- ``score="logprob"`` (default): the mean teacher-forced log-probability of the first ``k`` answer tokens of each
-  sample (smooth, one forward pass per record thanks to the shared prefix);
-- ``score="accuracy"``: greedy decoding judged by the task's own rule (0 or 1 per sample).
+- ``score="answer"`` (default): the benchmark's metric from one teacher-forced pass over the whole answer:
+  ``exact + TIEBREAK * max(logprob, LOGPROB_FLOOR)`` per sample, where ``exact`` is 1 when every answer token is
+  the model's argmax given the gold tokens before it (exactly when greedy decoding writes the answer) and
+  ``logprob`` is the mean log-probability of the answer's tokens. The log-prob term (at most 0.1 in size) only
+  breaks ties between factor sets with the same accuracy; one more correct sample always outweighs it;
+- ``score="logprob"``: the mean teacher-forced log-probability of the first ``k`` answer tokens of each sample
+  (all of them when ``k`` is None); a proxy, never the default: a first-k gain can hide a whole-answer loss;
+- ``score="accuracy"``: greedy decoding judged by the task's own rule (0 or 1 per sample; a decode loop).
 
 Per gold position the scores are averaged; the objectives are then
 
@@ -40,9 +45,13 @@ import rope_adapter
 from .bezier import BezierSpace, factors_from_control_points
 from .scoring import TokenizedTask, TokenLogprobs, greedy_accuracy, token_logprobs
 
-ScoreKind = Literal["logprob", "accuracy"]
+ScoreKind = Literal["answer", "logprob", "accuracy"]
 ObjectiveKind = Literal["pareto", "weighted"]
-SCORE_KINDS: tuple[str, ...] = ("logprob", "accuracy")
+SCORE_KINDS: tuple[str, ...] = ("answer", "logprob", "accuracy")
+TIEBREAK = 0.01
+"""Weight of the whole-answer log-prob in the ``answer`` score (see the module docstring)."""
+LOGPROB_FLOOR = -10.0
+"""The log-prob term of the ``answer`` score is clipped here, so that it stays below 0.1 in size."""
 OBJECTIVE_KINDS: tuple[str, ...] = ("pareto", "weighted")
 UserConstraint = Callable[[np.ndarray], float]
 FACTOR_TOLERANCE = 1e-9
@@ -60,10 +69,13 @@ class ObjectiveSpec:
     """How per-sample scores become the study's objective values."""
 
     score: ScoreKind = field(
-        default="logprob",
-        metadata={"help": "'logprob': mean gold log-prob of the first k answer tokens; 'accuracy': greedy rule."},
+        default="answer",
+        metadata={
+            "help": "'answer': teacher-forced accuracy of the whole answer, log-prob breaking ties; 'logprob': "
+            "mean gold log-prob of the first k answer tokens; 'accuracy': greedy decoding and the task's rule."
+        },
     )
-    k: int | None = field(default=4, metadata={"help": "Answer tokens averaged by the log-prob score (None: all)."})
+    k: int | None = field(default=None, metadata={"help": "Answer tokens averaged by the log-prob score (None: all)."})
     kind: ObjectiveKind = field(
         default="pareto",
         metadata={"help": "'pareto': maximise mean and worst position (NSGA-II); 'weighted': one fitness."},
@@ -297,6 +309,13 @@ class Scored:
     seconds: float
     logprobs: TokenLogprobs | None = None
     predictions: list[str] | None = None
+    exact: np.ndarray | None = None  # teacher-forced exact match per sample (score "answer")
+    logprob: np.ndarray | None = None  # mean log-prob of the scored answer tokens per sample
+
+
+def answer_score(exact: np.ndarray, logprob: np.ndarray) -> np.ndarray:
+    """The ``answer`` score per sample: ``exact + TIEBREAK * max(logprob, LOGPROB_FLOOR)``."""
+    return np.asarray(exact, dtype=np.float64) + TIEBREAK * np.maximum(np.asarray(logprob, float), LOGPROB_FLOOR)
 
 
 class Evaluator:
@@ -336,16 +355,23 @@ class Evaluator:
     def score(
         self, factors: Sequence[float] | np.ndarray, task: TokenizedTask, *, keep_logprobs: bool = False
     ) -> Scored:
-        """Per-sample scores of ``factors`` on ``task`` (log-prob of the first k tokens, or 0/1 accuracy)."""
+        """Per-sample scores of ``factors`` on ``task`` (the answer score, the log-prob of the first k tokens, or
+        0/1 greedy accuracy)."""
         self.set_factors(factors)
         start = time.perf_counter()
-        logprobs = predictions = None
+        logprobs = predictions = exact = logprob = None
         with torch.inference_mode():
-            if self.spec.score == "logprob":
+            if self.spec.score in ("answer", "logprob"):
                 logprobs = token_logprobs(
                     self.model, task, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
                 )
-                per_sample = logprobs.mean(self.spec.k)
+                k = None if self.spec.score == "answer" else self.spec.k
+                logprob = logprobs.mean(k)
+                if self.spec.score == "answer":
+                    exact = logprobs.exact()
+                    per_sample = answer_score(exact, logprob)
+                else:
+                    per_sample = logprob
             else:
                 result = greedy_accuracy(
                     self.model, task, self.judge, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
@@ -359,6 +385,8 @@ class Evaluator:
             seconds=seconds,
             logprobs=logprobs if keep_logprobs else None,
             predictions=predictions,
+            exact=exact,
+            logprob=logprob,
         )
 
     def accuracy(self, factors: Sequence[float] | np.ndarray, task: TokenizedTask, judge: Callable) -> Scored:

@@ -62,19 +62,25 @@ class TokenizedTask:
     """Samples tokenised once, grouped by shared prefix; reused by every trial of a study."""
 
     samples: list[Sample]
-    full_ids: list[list[int]] = field(repr=False)  # prompt + target tokens
-    prompt_ids: list[list[int]] = field(repr=False)  # prompt tokens (what generation starts from)
-    target_start: list[int] = field(repr=False)  # index in full_ids of the first scored target token
-    exact_boundary: list[bool] = field(repr=False)
+    full_ids: list[list[int]] = field(repr=False)  # prompt + target tokens, one row per answer form
+    prompt_ids: list[list[int]] = field(repr=False)  # prompt tokens (what generation starts from), one per sample
+    target_start: list[int] = field(repr=False)  # index in full_ids of the first scored target token, per row
+    exact_boundary: list[bool] = field(repr=False)  # per row
     logprob_groups: list[PrefixGroup] = field(repr=False)
     generate_groups: list[PrefixGroup] | None = field(repr=False)
     pad_token_id: int = 0
     eos_token_ids: tuple[int, ...] = ()
     max_new_tokens: int = 16
     tokenizer: Any = field(default=None, repr=False)
+    forms: list[tuple[int, ...]] | None = field(default=None, repr=False)
+    """Rows of ``full_ids`` of each sample (its target first, then its ``alt_targets``); None: row i = sample i."""
 
     def __len__(self) -> int:
         return len(self.samples)
+
+    def rows_of(self, index: int) -> tuple[int, ...]:
+        """The ``full_ids`` rows of sample ``index`` (one per answer form)."""
+        return (index,) if self.forms is None else self.forms[index]
 
     @property
     def positions(self) -> np.ndarray:
@@ -82,12 +88,12 @@ class TokenizedTask:
         return np.array([s.position for s in self.samples])
 
     def target_ids(self, index: int) -> list[int]:
-        """Scored target tokens of sample ``index``."""
+        """Scored target tokens of row ``index`` (sample ``index``'s main target for ``index < len(self)``)."""
         return self.full_ids[index][self.target_start[index] :]
 
     def token_counts(self) -> dict[str, int]:
         """Tokens a logprob trial runs with and without the shared prefix (for reports)."""
-        plain = sum(len(ids) for ids in self.full_ids)
+        plain = sum(len(ids) for ids in self.full_ids[: len(self.samples)])
         shared = sum(g.shared + sum(len(self.full_ids[i]) - g.shared for i in g.members) for g in self.logprob_groups)
         return {"separate": plain, "shared_prefix": shared}
 
@@ -144,21 +150,33 @@ def prepare(
     eos_ids = tuple(eos) if isinstance(eos, list | tuple) else (() if eos is None else (int(eos),))
 
     full_ids, prompt_ids, starts, exact = [], [], [], []
+    row_sample: list[int] = []  # the sample of each row: samples' main targets first, then the alternatives
+    extra: list[tuple[int, str]] = [(i, t) for i, s in enumerate(samples) for t in s.targets[1:]]
+    prompts = []
     for s in samples:
-        add = not s.chat
-        prompt = _encode(tokenizer, s.prompt, add)
-        full = _encode(tokenizer, s.prompt + s.target, add)
+        prompts.append(_encode(tokenizer, s.prompt, not s.chat))
+    for i, target in [(i, s.target) for i, s in enumerate(samples)] + extra:
+        s = samples[i]
+        prompt = prompts[i]
+        full = _encode(tokenizer, s.prompt + target, not s.chat)
         start = _common_prefix_len([prompt, full])
         exact.append(start == len(prompt))
         start = max(start, 1)
         if start >= len(full):
-            raise ValueError(f"the target {s.target!r} of sample {s.record_id!r} adds no token after the prompt")
+            raise ValueError(f"the target {target!r} of sample {s.record_id!r} adds no token after the prompt")
         full_ids.append(full)
-        prompt_ids.append(prompt)
         starts.append(start)
+        row_sample.append(i)
+    prompt_ids = prompts
+    forms = None
+    if extra:
+        forms = [[i] for i in range(len(samples))]
+        for row in range(len(samples), len(row_sample)):
+            forms[row_sample[row]].append(row)
+        forms = [tuple(f) for f in forms]
     if not all(exact):
         warnings.warn(
-            f"{exact.count(False)} of {len(samples)} targets merge with the end of their prompt when tokenised; "
+            f"{exact.count(False)} of {len(exact)} targets merge with the end of their prompt when tokenised; "
             "their first scored token includes prompt characters",
             stacklevel=2,
         )
@@ -167,11 +185,12 @@ def prepare(
     generate_groups: list[PrefixGroup] | None = []
     can_generate = all(len(p) >= 2 for p in prompt_ids)
     for members in _groups(samples):
-        shared = min(_common_prefix_len([full_ids[i] for i in members]), min(starts[i] for i in members))
+        rows = [r for i in members for r in ((i,) if forms is None else forms[i])]
+        shared = min(_common_prefix_len([full_ids[r] for r in rows]), min(starts[r] for r in rows))
         if shared >= 1:
-            logprob_groups.append(PrefixGroup(tuple(members), shared))
-        else:  # nothing in common: each sample on its own, everything before its target shared with itself
-            logprob_groups.extend(PrefixGroup((i,), starts[i]) for i in members)
+            logprob_groups.append(PrefixGroup(tuple(rows), shared))
+        else:  # nothing in common: each row on its own, everything before its target shared with itself
+            logprob_groups.extend(PrefixGroup((r,), starts[r]) for r in rows)
         if can_generate:
             prompts = [prompt_ids[i] for i in members]
             shared = min(_common_prefix_len(prompts), min(len(p) for p in prompts) - 1)
@@ -198,6 +217,7 @@ def prepare(
         eos_token_ids=eos_ids,
         max_new_tokens=int(max_new_tokens),
         tokenizer=tokenizer,
+        forms=forms,
     )
 
 
@@ -368,8 +388,8 @@ def token_logprobs(
     """
     if not shared_prefix:
         return _token_logprobs_separate(model, task, progress)
-    values: list[np.ndarray | None] = [None] * len(task)
-    greedy: list[np.ndarray | None] = [None] * len(task)
+    values: list[np.ndarray | None] = [None] * len(task.full_ids)
+    greedy: list[np.ndarray | None] = [None] * len(task.full_ids)
     batches = _group_batches(task.logprob_groups, batch_size)
     for batch in tqdm(batches, desc="gold log-prob", disable=not progress):
         state = _prefix_pass(model, [task.full_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
@@ -379,7 +399,19 @@ def token_logprobs(
             _score_chunk(model, task, state, chunk, values, greedy)
     if any(v is None for v in values):
         raise RuntimeError("internal error: a sample was not scored")
-    return TokenLogprobs(task.samples, list(values), list(greedy))
+    return _collapse_forms(task, values, greedy)
+
+
+def _collapse_forms(task: TokenizedTask, values: list, greedy: list) -> TokenLogprobs:
+    """One row per sample: of its answer forms, the one greedy decoding writes (all tokens argmax) if any, else
+    the most probable one (largest total log-prob)."""
+    if task.forms is None:
+        return TokenLogprobs(task.samples, list(values), list(greedy))
+    chosen = []
+    for rows in task.forms:
+        exact = [r for r in rows if bool(greedy[r].all())]
+        chosen.append(exact[0] if exact else max(rows, key=lambda r: float(values[r].sum())))
+    return TokenLogprobs(task.samples, [values[r] for r in chosen], [greedy[r] for r in chosen])
 
 
 def _score_chunk(
@@ -429,7 +461,7 @@ def _score_chunk(
 def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progress: bool) -> TokenLogprobs:
     device = _device(model)
     values, greedy = [], []
-    for i in tqdm(range(len(task)), desc="gold log-prob (separate)", disable=not progress):
+    for i in tqdm(range(len(task.full_ids)), desc="gold log-prob (separate)", disable=not progress):
         ids = torch.tensor([task.full_ids[i]], device=device)
         start = task.target_start[i]
         keep = ids.shape[1] - start + 1  # logits at start-1 .. end-1; the last one is dropped
@@ -438,7 +470,7 @@ def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progre
         targets = ids[0, start:]
         values.append(logprobs[torch.arange(len(targets), device=device), targets].double().cpu().numpy())
         greedy.append((logprobs.argmax(-1) == targets).cpu().numpy())
-    return TokenLogprobs(task.samples, values, greedy)
+    return _collapse_forms(task, values, greedy)
 
 
 def gold_logprob(

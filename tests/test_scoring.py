@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -27,7 +29,7 @@ ATOL = 1e-4
 
 def mixed_samples() -> list[Sample]:
     """KV samples (one shared prefix per record) plus hand-made ones of different lengths (padding both ways)."""
-    samples = KVRetrievalTask(num_records=2, num_pairs=3, positions=[0, 2], seed=3).samples()
+    samples = KVRetrievalTask(num_records=2, num_pairs=3, positions=[0, 2], seed=3, alt_target_prefixes=()).samples()
     samples += [
         Sample(prefix="Short context. ", query="Q: one?", answers=["x"], position=0, record_id="a", target=" yes"),
         Sample(
@@ -87,7 +89,7 @@ def test_token_boundary_merge_is_still_exact():
     samples = KVRetrievalTask(num_records=1, num_pairs=3, positions=[0, 2]).samples()
     with pytest.warns(UserWarning, match="merge with the end of their prompt"):
         task = prepare(samples, merging)
-    assert task.exact_boundary == [False, False]
+    assert task.exact_boundary == [False] * 4  # 2 samples x 2 answer forms
     assert task.target_ids(0)[0] == vocab[":Ġ"]
     model = tiny_model("llama", num_layers=2, vocab_size=len(vocab))
     assert_same(token_logprobs(model, task), token_logprobs(model, task, shared_prefix=False))
@@ -119,7 +121,7 @@ def test_greedy_accuracy_applies_the_judge(tokenizer):
     model = tiny_model("llama", num_layers=2)
     kv = KVRetrievalTask(num_records=2, num_pairs=3, positions=[0, 2])
     task = prepare(kv.samples(), tokenizer, generation_slack=kv.generation_slack)
-    assert task.max_new_tokens == 37 + kv.generation_slack  # " " + uuid in bytes, plus slack
+    assert task.max_new_tokens == 38 + kv.generation_slack  # the longest form, ' "' + uuid, in bytes, plus slack
     result = greedy_accuracy(model, task, lambda prediction, sample: sample.position == 0, max_new_tokens=2)
     assert isinstance(result, GreedyResult) and len(result.predictions) == 4
     assert result.accuracy() == 0.5 and result.by_position() == {0: 1.0, 2: 0.0}
@@ -179,12 +181,47 @@ def test_shared_prefix_equals_separate_on_smollm2(smollm2):
     model = model.float().eval()
     samples = KVRetrievalTask(num_records=2, num_pairs=4, positions=[0, 3], seed=0).samples()
     chat = prepare(samples, tok, chat_template=True)  # tokenisation only: the template keeps boundaries exact
-    assert all(chat.exact_boundary) and all(len(g.members) == 2 for g in chat.logprob_groups)
+    assert all(chat.exact_boundary) and all(len(g.members) == 4 for g in chat.logprob_groups)  # 2 forms each
     task = prepare(samples, tok)
     assert all(task.exact_boundary)
-    assert all(len(g.members) == 2 and g.shared > 200 for g in task.logprob_groups)
+    assert all(len(g.members) == 4 and g.shared > 200 for g in task.logprob_groups)
     assert_same(token_logprobs(model, task, batch_size=2), token_logprobs(model, task, shared_prefix=False))
     prediction = greedy_generate(model, task, max_new_tokens=3, batch_size=2)[0]
     ids = task.prompt_ids[0]
     out = model.generate(torch.tensor([ids]), max_new_tokens=3, do_sample=False, pad_token_id=tok.pad_token_id)
     assert prediction == tok.decode(out[0, len(ids) :], skip_special_tokens=True)
+
+
+def test_teacher_forced_exact_match_is_greedy_decoding(tokenizer):
+    """exact() is True exactly when greedy decoding writes the target: targets made from the model's own greedy
+    output are all exact, the same targets with their first character changed are not; with two answer forms the
+    verdict is the form greedy decoding writes."""
+    model = tiny_model("llama", num_layers=2)
+    printable = tokenizer.convert_tokens_to_ids([chr(c) for c in range(48, 123) if chr(c).isalnum()])
+    keep = torch.zeros(model.lm_head.weight.shape[0], dtype=torch.bool)
+    keep[printable] = True
+    # only letters and digits can win the argmax, so the greedy text decodes back to the same tokens
+    model.lm_head.register_forward_hook(lambda module, args, out: out.masked_fill(~keep, -1e4))
+    base = KVRetrievalTask(num_records=2, num_pairs=3, positions=[0, 2], seed=5, alt_target_prefixes=()).samples()
+    written = greedy_generate(model, prepare(base, tokenizer), max_new_tokens=6)
+    assert all(len(w) == 6 and w.isalnum() for w in written), written  # byte tokenizer: a character a token
+    own = [dataclasses.replace(s, target=w) for s, w in zip(base, written, strict=True)]
+    wrong = [dataclasses.replace(s, target=chr((ord(w[0]) + 1) % 128 or 65) + w[1:]) for s, w in zip(base, written, strict=True)]
+    assert token_logprobs(model, prepare(own, tokenizer)).exact().all()
+    assert not token_logprobs(model, prepare(wrong, tokenizer)).exact().any()
+    # both forms offered, in either order: the one greedy writes is chosen and scored
+    both = [dataclasses.replace(w, alt_targets=(o.target,)) for w, o in zip(wrong, own, strict=True)]
+    task = prepare(both, tokenizer)
+    assert task.forms is not None and all(len(rows) == 2 for rows in task.forms)
+    lp = token_logprobs(model, task)
+    assert lp.exact().all()
+    single = token_logprobs(model, prepare(own, tokenizer))
+    assert_same(lp, single)
+    assert_same(token_logprobs(model, task, shared_prefix=False), single)
+    # neither form exact: the more probable one is kept
+    other = [dataclasses.replace(w, alt_targets=(w.target[::-1],)) for w in wrong]
+    lp_other = token_logprobs(model, prepare(other, tokenizer))
+    a = token_logprobs(model, prepare(wrong, tokenizer))
+    b = token_logprobs(model, prepare([dataclasses.replace(w, target=w.target[::-1]) for w in wrong], tokenizer))
+    for chosen, x, y in zip(lp_other.values, a.values, b.values, strict=True):
+        np.testing.assert_allclose(chosen, x if x.sum() >= y.sum() else y, atol=ATOL)

@@ -40,10 +40,22 @@ class Sample:
         default=False,
         metadata={"help": "Prompt went through a chat template (already holds its special tokens)."},
     )
+    alt_targets: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "Other forms of the same answer (e.g. opening with a quote); teacher-forced scoring takes the "
+            "form the model writes: an exact form if there is one, else the most probable."
+        },
+    )
 
     def __post_init__(self) -> None:
-        if not self.target:
+        if not self.target or any(not t for t in self.alt_targets):
             raise ValueError(f"sample {self.record_id!r} at position {self.position} has an empty target")
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The target and its distinct alternatives, the target first."""
+        return tuple(dict.fromkeys((self.target, *self.alt_targets)))
 
     @property
     def prompt(self) -> str:
@@ -195,5 +207,6 @@ def apply_chat_template(samples: Sequence[Sample], tokenizer: Any, system_prompt
             )
         cut = start + len(sample.prefix)
         target = sample.target.lstrip() or sample.target
-        out.append(replace(sample, prefix=text[:cut], query=text[cut:], target=target, chat=True))
+        alts = tuple(t.lstrip() or t for t in sample.alt_targets)
+        out.append(replace(sample, prefix=text[:cut], query=text[cut:], target=target, alt_targets=alts, chat=True))
     return out

@@ -95,6 +95,13 @@ class KVRetrievalTask(Task):
     target_prefix: str = field(
         default=" ", metadata={"help": "Text before the gold value in the teacher-forced target."}
     )
+    alt_target_prefixes: tuple[str, ...] = field(
+        default=(' "',),
+        metadata={
+            "help": "Other openings of the answer scored too (teacher-forced accuracy takes the form the model "
+            "writes); the default ' \"' covers models that answer with a quoted value. () scores one form."
+        },
+    )
 
     generation_slack = 4
 
@@ -169,6 +176,7 @@ class KVRetrievalTask(Task):
                         position=p,
                         record_id=record.record_id,
                         target=self.target_prefix + value,
+                        alt_targets=tuple(prefix + value for prefix in self.alt_target_prefixes),
                         task=self.name,
                     )
                 )
