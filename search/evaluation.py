@@ -51,6 +51,12 @@ METRICS: dict[str, dict[str, Any]] = {
         "higher_is_better": True,
         "interval": proportion_interval,
     },
+    "tf_accuracy": {
+        "title": "Accuracy (teacher-forced: every answer token is the argmax, i.e. greedy writes the answer)",
+        "short": "teacher-forced accuracy",
+        "higher_is_better": True,
+        "interval": proportion_interval,
+    },
     "logprob": {
         "title": "Gold log-probability (teacher-forced, mean per target token)",
         "short": "gold log-prob",
@@ -434,7 +440,9 @@ def evaluate_positions(
         task: the task that built ``samples`` (its ``is_correct`` judges greedy answers).
         samples: from :func:`make_task_samples` or ``task.samples()``.
         variants: from ``variants.parse_variants``; ``plans`` from ``variants.check_variants``.
-        metrics: any of "accuracy" (greedy decoding, benchmark rule) and "logprob" (gold log-probability).
+        metrics: any of "accuracy" (greedy decoding, benchmark rule), "tf_accuracy" (the same verdict from the
+            teacher-forced pass: every answer token is the argmax) and "logprob" (gold log-probability); the last
+            two come from one forward pass.
         logprob_tokens: average the log-prob over the first k target tokens (None: all of them).
         max_new_tokens: greedy answer length (default: the longest target in tokens + the task's slack; a chat
             model that restates the question before answering needs more).
@@ -478,11 +486,12 @@ def evaluate_positions(
         start = time.perf_counter()
         scores: dict[str, list[float]] = {}
         predictions: list[str] | None = None
-        if "logprob" in metrics:
+        if "logprob" in metrics or "tf_accuracy" in metrics:
             lp = token_logprobs(
                 built, prepared, batch_size=batch_size, max_batch_tokens=max_batch_tokens, progress=progress
             )
             scores["logprob"] = [_finite(v) for v in lp.mean(logprob_tokens)]
+            scores["tf_accuracy"] = [float(c) for c in lp.exact()]
         if "accuracy" in metrics:
             greedy = greedy_accuracy(
                 built,

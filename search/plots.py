@@ -27,6 +27,8 @@ def _score_label(report: Mapping[str, Any]) -> str:
     task = report["task"]
     if task["score"] == "logprob":
         return f"mean log-prob of the first {task['k']} answer tokens" if task["k"] else "mean answer log-prob"
+    if task["score"] == "answer":
+        return "teacher-forced accuracy (+ 0.01 x answer log-prob)"
     return "greedy accuracy"
 
 

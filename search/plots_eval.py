@@ -91,7 +91,7 @@ def plot_positions(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
         _lines(ax, positions, series)
         ax.set_ylabel(label)
         ax.set_title(METRICS[metric]["title"] if metric in METRICS else metric, fontsize=10)
-        if metric == "accuracy":
+        if metric in ("accuracy", "tf_accuracy"):
             ax.set_ylim(-0.03, 1.03)
         if rows == 2:
             ax = axes[1][col]

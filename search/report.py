@@ -72,13 +72,21 @@ def trial_record(trial: Any) -> dict[str, Any]:
         "duration_seconds": duration,
         "worker": info.get("worker"),
         "duplicate_of": info.get("duplicate_of"),
+        "records_scored": info.get("records_scored"),
+        "raced_out": bool(info.get("raced_out")),
+        "race": info.get("race"),
+        "accuracy_by_position": info.get("accuracy_by_position"),
+        "logprob_by_position": info.get("logprob_by_position"),
         "datetime_start": None if trial.datetime_start is None else trial.datetime_start.isoformat(),
         "datetime_complete": None if trial.datetime_complete is None else trial.datetime_complete.isoformat(),
     }
 
 
 def _usable(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"]]
+    """Trials that can be chosen: finished, feasible and scored on every search record (not raced out)."""
+    return [
+        r for r in records if r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"] and not r.get("raced_out")
+    ]
 
 
 def select_key(record: Mapping[str, Any], spec: ObjectiveSpec, select: str) -> tuple[float, ...]:
@@ -305,6 +313,8 @@ def build_report(
             "control_points": found["control_points"],
             "objectives": found["objectives"],
             "by_position": found["by_position"],
+            "accuracy_by_position": found.get("accuracy_by_position"),
+            "logprob_by_position": found.get("logprob_by_position"),
             "on_pareto_front": found["number"] in front,
             "select": settings.select if spec.kind == "pareto" else "fitness",
             "warning": search_set_warning(
@@ -350,6 +360,7 @@ def build_report(
             "failed": sum(1 for r in records if r["state"] == "FAIL"),
             "repeats_pruned": sum(1 for r in records if r["state"] == "PRUNED" and r["duplicate_of"] is not None),
             "running": sum(1 for r in records if r["state"] == "RUNNING"),
+            "racing": racing_summary(records, settings),
         },
         "task": task_summary(settings, worker),
         "timing": timing,
@@ -362,6 +373,24 @@ def build_report(
         "chosen": chosen,
         "search_comparison": search_comparison,
         "trials": records,
+    }
+
+
+def racing_summary(records: Sequence[Mapping[str, Any]], settings: SearchSettings) -> dict[str, Any]:
+    """How many search records (prefix forward passes) the trials scored, against scoring every trial in full."""
+    from .racing import stage_ends
+
+    scored = [r for r in records if r["evaluated"] and r["duplicate_of"] is None and r.get("records_scored")]
+    used = sum(int(r["records_scored"]) for r in scored)
+    full = len(scored) * settings.search_records
+    return {
+        "stage_ends": stage_ends(settings.search_records, settings.race),
+        "z": settings.race_z,
+        "scored_trials": len(scored),
+        "raced_out": sum(1 for r in scored if r.get("raced_out")),
+        "records_scored": used,
+        "records_without_racing": full,
+        "saved_fraction": (1.0 - used / full) if full else 0.0,
     }
 
 
@@ -405,6 +434,7 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
     ids = [s.record_id for s in task.samples]
     scores: dict[str, np.ndarray] = {}
     accuracy: dict[str, np.ndarray] = {}
+    tf_accuracy: dict[str, np.ndarray] = {}  # teacher-forced exact match (greedy's verdict without decoding)
     whole: dict[str, np.ndarray] = {}  # mean log-prob over every answer token (when the score keeps only k)
     out: dict[str, Any] = {
         "records": len(set(ids)),
@@ -431,6 +461,9 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
         if scored.logprobs is not None:
             whole[name] = scored.logprobs.mean(None)
             entry["mean_logprob_all_answer_tokens"] = position_dict(positions, whole[name])
+            tf_accuracy[name] = scored.logprobs.exact().astype(np.float64)
+            entry["tf_accuracy_by_position"] = position_dict(positions, tf_accuracy[name])
+            entry["tf_accuracy"] = float(tf_accuracy[name].mean())
             if name == "base":
                 selection = select_k(scored.logprobs, max_k=8)
                 out["k_selection"] = {
@@ -455,7 +488,12 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
                 differences[f"{a}-{b}"]["accuracy"] = paired_difference(
                     accuracy[a], accuracy[b], positions, ids, settings.seed
                 )
-            if out["k"] is not None and a in whole and b in whole:
+            if a in tf_accuracy and b in tf_accuracy:
+                differences[f"{a}-{b}"]["tf_accuracy"] = paired_difference(
+                    tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
+                )
+            score_is_whole_logprob = settings.score == "logprob" and out["k"] is None
+            if a in whole and b in whole and not score_is_whole_logprob:
                 # the first-k score can rise while copying the rest of the answer gets worse: check it here
                 differences[f"{a}-{b}"]["whole_answer"] = paired_difference(
                     whole[a], whole[b], positions, ids, settings.seed
@@ -494,6 +532,13 @@ def holdout_verdict(holdout: Mapping[str, Any]) -> str:
     if not parts:
         return "no comparison"
     text = "On the held-out records the found factors " + " and ".join(parts) + " in mean score over positions."
+    acc = diffs.get("found-base", {}).get("tf_accuracy")
+    if acc is not None:
+        lead = [f"accuracy (teacher-forced) found - base {describe_difference('d', acc['mean']).split(': ', 1)[1]}"]
+        acc_u = diffs.get("found-best_uniform", {}).get("tf_accuracy")
+        if acc_u is not None:
+            lead.append(f"found - best uniform {describe_difference('d', acc_u['mean']).split(': ', 1)[1]}")
+        text = "Held-out " + "; ".join(lead) + ". " + text
     whole = diffs.get("found-base", {}).get("whole_answer")
     if whole is not None:
         d = whole["mean"]
@@ -664,10 +709,31 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         lines += ["", f"**Warning:** {chosen['warning']}"]
     holdout = report.get("holdout")
     if holdout:
+        lines += ["", f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)", ""]
+        if any("tf_accuracy_by_position" in c for c in holdout["configs"].values()):
+            lines += [
+                "Accuracy (teacher-forced: every answer token is the model's argmax, i.e. greedy decoding writes "
+                "the answer):",
+                "",
+                "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean |",
+                "|---" * (len(positions) + 2) + "|",
+            ]
+            for name, cfg in holdout["configs"].items():
+                if "tf_accuracy_by_position" in cfg:
+                    acc = cfg["tf_accuracy_by_position"]
+                    lines.append(
+                        f"| {name} | "
+                        + " | ".join(_fmt(acc.get(p), 2) for p in positions)
+                        + f" | {cfg['tf_accuracy']:.3f} |"
+                    )
+            rows = [(k, d["tf_accuracy"]) for k, d in holdout["differences"].items() if d.get("tf_accuracy")]
+            for label, d in rows:
+                cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
+                lines.append(
+                    f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} |"
+                )
+            lines += ["", f"Score ({holdout['score']}):", ""]
         lines += [
-            "",
-            f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)",
-            "",
             "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
             "|---" * (len(positions) + 3) + "|",
         ]

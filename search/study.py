@@ -48,8 +48,10 @@ from .objective import (
     ObjectiveSpec,
     UserConstraint,
     perplexity_constraint,
+    position_means,
     truncate_targets,
 )
+from .racing import estimated_by_position, paired_check, record_scores, stage_ends
 from .tasks import Task, available_tasks, canonical_task_name, get_task, split_records
 
 logger = logging.getLogger(__name__)
@@ -60,8 +62,8 @@ TRIAL_ATTR = "lrs"
 """Trial user attribute holding everything a trial computed (factors, scores, constraints, timing)."""
 BASELINE_ATTR = "baseline"
 """User attribute of the enqueued baseline trials: ``"base"`` or ``"uniform"``."""
-FINGERPRINT_VERSION = 1
-DEFAULT_UNIFORM = (0.9, 0.95, 1.02, 1.05, 1.1, 1.25, 1.5)
+FINGERPRINT_VERSION = 2
+DEFAULT_UNIFORM = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2.0)
 """Uniform factors enqueued as baselines (those inside ``[s_min, s_max]``) unless ``uniform`` is given."""
 
 DEFAULT_PERPLEXITY_TEXT = """\
@@ -137,11 +139,16 @@ class SearchSettings:
     data_seed: int = _f(0, "Seed of generated records and of the search/held-out split.")
     chat_template: bool = _f(False, "Wrap prompts in the tokenizer's chat template (default: raw prompt).")
     # -- objective -----------------------------------------------------------------------------------------
-    score: str = _f("logprob", "'logprob': mean gold log-prob of the first k answer tokens; 'accuracy': greedy.")
+    score: str = _f(
+        "answer",
+        "'answer': teacher-forced accuracy of the whole answer (greedy's verdict without a decode loop), its "
+        "log-prob breaking ties; 'logprob': mean gold log-prob of the first k answer tokens (a proxy); "
+        "'accuracy': greedy decoding judged by the task's rule.",
+    )
     k: int | None = _f(
-        4,
-        "Answer tokens in the log-prob score (the retrieval decision sits in the first ones; None: every token). "
-        "The held-out report checks a first-k gain against the whole answer.",
+        None,
+        "Answer tokens in the 'logprob' score (None: every token). The held-out report checks a first-k gain "
+        "against the whole answer.",
     )
     objective: str = _f(
         "pareto", "'pareto': maximise mean and worst position score (NSGA-II); 'weighted': a single fitness."
@@ -156,7 +163,7 @@ class SearchSettings:
     # -- search space and constraints ----------------------------------------------------------------------
     degree: int = _f(3, "Degree of the Bezier curve of factors over depth (degree + 1 control points).")
     x_mode: str = _f("fixed", "'fixed': control xs evenly spaced, s_l = y(l/(L-1)); 'free': xs searched too.")
-    s_min: float = _f(1.0, "Smallest allowed factor (a constraint, not a clip); below 1 compresses positions.")
+    s_min: float = _f(0.5, "Smallest allowed factor (a constraint, not a clip); below 1 compresses positions.")
     s_max: float = _f(2.0, "Largest allowed factor.")
     margin: float = _f(0.25, "Control ys are sampled from [s_min - m, s_max + m], m = margin * (s_max - s_min).")
     layer_bounds: tuple[str, ...] = _f((), "Extra bounds 'FIRST-LAST:LOW:HIGH' on groups of layers.")
@@ -165,7 +172,9 @@ class SearchSettings:
         (), "Python API only: callables factors -> float, feasible when <= 0 (module-level, for workers).", cli=False
     )
     uniform: tuple[float, ...] | None = _f(
-        None, "Uniform factors enqueued as baselines (default: 0.9 0.95 1.02 1.05 1.1 1.25 1.5 within the bounds)."
+        None,
+        "Uniform factors enqueued as baselines (default: 0.5 0.7 0.8 0.9 0.95 1.05 1.1 1.25 1.5 2.0 within the "
+        "bounds).",
     )
     ppl_text: str | None = _f(None, "Text file for the perplexity guard (default: a built-in English paragraph).")
     max_ppl_increase: float | None = _f(
@@ -187,6 +196,17 @@ class SearchSettings:
     study: str = _f("lrs-search", "Study name inside the storage.")
     workers: int = _f(1, "Worker processes on this machine (each loads the model once).")
     population: int = _f(16, "NSGA-II population size.")
+    race: tuple[float, ...] = _f(
+        (0.2, 0.5),
+        "Racing: shares of the search records after which a trial is compared (paired, by record) with the best "
+        "fully scored trial so far and stopped when clearly worse; () scores every trial on every record.",
+    )
+    race_z: float = _f(1.645, "Racing: a trial stops when mean(d) + z * se(d) < 0 (one-sided; larger z stops less).")
+    max_records: int | None = _f(
+        None,
+        "Stop starting trials once the study's trials have scored this many search records in all (one prefix "
+        "forward pass each): a budget in forward passes, to compare racing with plain NSGA-II.",
+    )
     seed: int = _f(0, "Seed of the samplers (machines sharing a study should use different seeds).")
     heartbeat: int = _f(30, "Seconds between a running trial's heartbeats; stale after twice that.")
     holdout_accuracy: bool = _f(False, "Also report greedy accuracy on the held-out records (slower).")
@@ -266,6 +286,14 @@ class SearchSettings:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise SearchError(f"{name} must be > 0 seconds, got {value}")
+        try:
+            stage_ends(self.search_records, self.race)
+        except (TypeError, ValueError) as exc:
+            raise SearchError(f"race: {exc}") from None
+        if not (isinstance(self.race_z, int | float) and math.isfinite(self.race_z) and self.race_z > 0):
+            raise SearchError(f"race_z must be a finite number > 0, got {self.race_z!r}")
+        if self.max_records is not None and (isinstance(self.max_records, bool) or self.max_records < 1):
+            raise SearchError(f"max_records must be an integer >= 1, got {self.max_records!r}")
         if self.threads is not None and self.threads < 1:
             raise SearchError(f"threads must be >= 1, got {self.threads}")
         if self.dtype not in _DTYPES:
@@ -452,6 +480,7 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         ],
         "uniform": settings.uniform_values(),
         "perplexity": ppl,
+        "race": {"ends": stage_ends(settings.search_records, settings.race), "z": settings.race_z},
     }
 
 
@@ -695,6 +724,9 @@ class Worker:
     device: str
     dtype: str
     repeats_in_row: int = 0
+    stages: list[Any] = field(default_factory=list)  # racing: the search records in stages (TokenizedTasks)
+    stage_ends: list[int] = field(default_factory=list)  # records scored after each stage
+    sample_records: list[int] = field(default_factory=list)  # record index (0..) of each search sample
 
     @property
     def num_layers(self) -> int:
@@ -751,6 +783,18 @@ def make_worker(
     )
     if settings.score == "logprob":
         search = truncate_targets(search, settings.k)
+    ends = stage_ends(len(search_records), settings.race)
+    stages = []
+    for first, last in zip([0, *ends[:-1]], ends, strict=True):
+        stage = prepare(
+            task.build_samples(search_records[first:last]),
+            tokenizer,
+            chat_template=chat,
+            generation_slack=task.generation_slack,
+        )
+        stages.append(truncate_targets(stage, settings.k) if settings.score == "logprob" else stage)
+    order = {r: i for i, r in enumerate(dict.fromkeys(s.record_id for s in search.samples))}
+    sample_records = [order[s.record_id] for s in search.samples]
     holdout = None
     if with_holdout and holdout_records:
         holdout = prepare(
@@ -776,7 +820,21 @@ def make_worker(
     )
     base_nll = evaluator.nll(np.ones(num_layers)) if ppl is not None else None
     return Worker(
-        settings, index, peft_model, tokenizer, task, search, holdout, evaluator, constraints, base_nll, device, dtype
+        settings,
+        index,
+        peft_model,
+        tokenizer,
+        task,
+        search,
+        holdout,
+        evaluator,
+        constraints,
+        base_nll,
+        device,
+        dtype,
+        stages=stages,
+        stage_ends=ends,
+        sample_records=sample_records,
     )
 
 
@@ -828,20 +886,78 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
             info["seconds"] = time.perf_counter() - start
             trial.set_user_attr(TRIAL_ATTR, info)
             return (-math.inf,) * n_values
-        scored = worker.evaluator.score(factors, worker.search)
-        result = spec.values(scored.by_position)
-        info.update(
-            evaluated=True,
-            by_position={str(p): v for p, v in scored.by_position.items()},
-            objectives=spec.summary(scored.by_position),
-            sample_scores=[round(float(x), 6) for x in scored.per_sample],
-            eval_seconds=scored.seconds,
-            seconds=time.perf_counter() - start,
-        )
+        info.update(_score_in_stages(trial, worker, factors))
+        by_position = {int(p): v for p, v in info["by_position"].items()}
+        result = spec.values(by_position)
+        info.update(evaluated=True, objectives=spec.summary(by_position), seconds=time.perf_counter() - start)
         trial.set_user_attr(TRIAL_ATTR, info)
         return result
 
     return objective
+
+
+def _race_reference(study: Any, num_samples: int) -> dict[str, Any] | None:
+    """The fully scored trial with the best mean so far (its stored trial info and number), or None."""
+    best = None
+    for t in _complete_trials(study):
+        info = t.user_attrs.get(TRIAL_ATTR) or {}
+        scores = info.get("sample_scores")
+        if not info.get("evaluated") or info.get("raced_out") or scores is None or len(scores) != num_samples:
+            continue
+        if best is None or info["objectives"]["mean"] > best[1]["objectives"]["mean"]:
+            best = (t.number, info)
+    return None if best is None else {"number": best[0], **best[1]}
+
+
+def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[str, Any]:
+    """Score a trial stage by stage (racing); the trial info's score fields.
+
+    Baselines, and every trial while the study holds no fully scored one, are scored on all records.
+    """
+    settings = worker.settings
+    positions = worker.search.positions
+    reference = None
+    if len(worker.stages) > 1 and trial.user_attrs.get(BASELINE_ATTR) is None:
+        reference = _race_reference(trial.study, len(worker.search))
+    parts, checks = [], []
+    for j, stage in enumerate(worker.stages):
+        parts.append(worker.evaluator.score(factors, stage))
+        if reference is None or j == len(worker.stages) - 1:
+            continue
+        scores = np.concatenate([p.per_sample for p in parts])
+        n = worker.stage_ends[j]
+        check = paired_check(
+            record_scores(scores, worker.sample_records, n),
+            record_scores(reference["sample_scores"][: len(scores)], worker.sample_records, n),
+            settings.race_z,
+        )
+        checks.append(check.to_dict())
+        if check.stop:
+            break
+    scores = np.concatenate([p.per_sample for p in parts])
+    scored_positions = positions[: len(scores)]
+    by_position = position_means(scored_positions, scores)
+    out: dict[str, Any] = {
+        "records_scored": worker.stage_ends[len(parts) - 1],
+        "sample_scores": [round(float(x), 6) for x in scores],
+        "eval_seconds": float(sum(p.seconds for p in parts)),
+    }
+    if parts[0].exact is not None:
+        exact = np.concatenate([p.exact for p in parts]).astype(np.float64)
+        out["accuracy_by_position"] = {str(p): v for p, v in position_means(scored_positions, exact).items()}
+    if parts[0].logprob is not None:
+        logprob = np.concatenate([p.logprob for p in parts])
+        out["logprob_by_position"] = {str(p): v for p, v in position_means(scored_positions, logprob).items()}
+    if checks:
+        out["race"] = {"reference": reference["number"], "checks": checks}
+    if len(scores) < len(positions):  # stopped: estimate the whole-set means through the reference
+        reference_partial = position_means(scored_positions, np.asarray(reference["sample_scores"][: len(scores)]))
+        reference_full = {int(p): float(v) for p, v in reference["by_position"].items()}
+        by_position = estimated_by_position(by_position, reference_partial, reference_full)
+        out["raced_out"] = True
+        out["partial_by_position"] = {str(p): v for p, v in position_means(scored_positions, scores).items()}
+    out["by_position"] = {str(p): v for p, v in by_position.items()}
+    return out
 
 
 MAX_REPEATS_IN_ROW = 20
@@ -946,6 +1062,22 @@ class _Progress:
         self.bar.close()
 
 
+def records_scored(trials: Sequence[Any]) -> int:
+    """Search records the trials scored in all (one prefix forward pass each; racing scores fewer)."""
+    return sum(int((t.user_attrs.get(TRIAL_ATTR) or {}).get("records_scored", 0)) for t in trials)
+
+
+class _RecordBudget:
+    """Stops a worker once the study's trials have scored ``limit`` search records."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        if records_scored(study.get_trials(deepcopy=False)) >= self.limit:
+            study.stop()
+
+
 class _BudgetStop:
     """Stops a worker early enough for the held-out evaluation to fit in the whole-run budget."""
 
@@ -993,6 +1125,10 @@ def run_worker(
             if remaining <= 0:
                 return {"seed": seed, "ran": 0}
             timeout = remaining if timeout is None else min(timeout, remaining)
+        if settings.max_records is not None:
+            if records_scored(study.get_trials(deepcopy=False)) >= settings.max_records:
+                return {"seed": seed, "ran": 0}
+            callbacks.append(_RecordBudget(settings.max_records))
         if progress is not None:
             callbacks.append(progress)
         before = done

@@ -206,7 +206,10 @@ def test_teacher_forced_exact_match_is_greedy_decoding(tokenizer):
     written = greedy_generate(model, prepare(base, tokenizer), max_new_tokens=6)
     assert all(len(w) == 6 and w.isalnum() for w in written), written  # byte tokenizer: a character a token
     own = [dataclasses.replace(s, target=w) for s, w in zip(base, written, strict=True)]
-    wrong = [dataclasses.replace(s, target=chr((ord(w[0]) + 1) % 128 or 65) + w[1:]) for s, w in zip(base, written, strict=True)]
+    wrong = [
+        dataclasses.replace(s, target=chr((ord(w[0]) + 1) % 128 or 65) + w[1:])
+        for s, w in zip(base, written, strict=True)
+    ]
     assert token_logprobs(model, prepare(own, tokenizer)).exact().all()
     assert not token_logprobs(model, prepare(wrong, tokenizer)).exact().any()
     # both forms offered, in either order: the one greedy writes is chosen and scored

@@ -67,6 +67,7 @@ def small(out: Path, model_dir: Path, **overrides) -> SearchSettings:
         holdout_records=2,
         trials=10,
         population=4,
+        s_min=1.0,
         s_max=1.5,
         device="cpu",
         out=str(out),
@@ -203,7 +204,8 @@ def test_layer_bound_parsing():
 
 def test_truncated_targets_give_the_same_first_k_logprobs(tokenizer):
     model = tiny_model("llama", num_layers=2)
-    task = prepare(KVRetrievalTask(num_records=2, num_pairs=3, positions=[0, 2], seed=1).samples(), tokenizer)
+    one_form = KVRetrievalTask(num_records=2, num_pairs=3, positions=[0, 2], seed=1, alt_target_prefixes=())
+    task = prepare(one_form.samples(), tokenizer)  # with two forms the more probable one may differ after k tokens
     full = token_logprobs(model, task)
     cut = token_logprobs(model, truncate_targets(task, 4))
     assert all(len(v) == 4 for v in cut.values)
@@ -283,11 +285,11 @@ def test_pareto_front_and_choice():
 def test_baselines_are_the_first_trials(finished):
     settings, result, trials = finished
     by_number = {t.number: t for t in trials}
-    labels = [(by_number[i].user_attrs.get("baseline"), by_number[i].user_attrs.get("uniform")) for i in range(5)]
+    labels = [(by_number[i].user_attrs.get("baseline"), by_number[i].user_attrs.get("uniform")) for i in range(4)]
     # the unscaled model, then the default uniform factors inside [s_min, s_max] = [1.0, 1.3]
-    assert labels == [("base", 1.0), ("uniform", 1.02), ("uniform", 1.05), ("uniform", 1.1), ("uniform", 1.25)]
+    assert labels == [("base", 1.0), ("uniform", 1.05), ("uniform", 1.1), ("uniform", 1.25)]
     uniforms = [t.user_attrs["uniform"] for t in trials if t.user_attrs.get("baseline") == "uniform"]
-    assert uniforms == [1.02, 1.05, 1.1, 1.25]
+    assert uniforms == [1.05, 1.1, 1.25]
     for t in trials:
         if t.user_attrs.get("baseline") and t.state.name == "COMPLETE":
             factors = t.user_attrs["lrs"]["factors"]

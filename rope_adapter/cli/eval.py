@@ -134,7 +134,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("eval-results"), help="output folder")
     add_task_arguments(p, default_samples=20)
     g = p.add_argument_group("scores")
-    g.add_argument("--scores", default="accuracy,logprob", help="accuracy (greedy), logprob (gold log-prob), or both")
+    g.add_argument(
+        "--scores",
+        default="accuracy,tf_accuracy,logprob",
+        help="comma-separated: accuracy (greedy decoding), tf_accuracy (teacher-forced: greedy's verdict from the "
+        "log-prob pass, no decode loop), logprob (gold log-prob)",
+    )
     g.add_argument("--logprob-tokens", type=int, help="average the gold log-prob over the first K target tokens")
     g.add_argument(
         "--max-new-tokens",

@@ -124,7 +124,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--chat-template", action="store_true", help=_help("chat_template"))
 
     g = p.add_argument_group("objective")
-    g.add_argument("--score", default=_default("score"), choices=["logprob", "accuracy"], help=_help("score"))
+    g.add_argument("--score", default=_default("score"), choices=["answer", "logprob", "accuracy"], help=_help("score"))
     g.add_argument(
         "--k", type=_k_value, default=_default("k"), help=_help("k") + " 'all': every answer token (the whole answer)."
     )
@@ -172,6 +172,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--study", default=_default("study"), metavar="NAME", help=_help("study"))
     g.add_argument("--workers", type=int, default=_default("workers"), help=_help("workers"))
     g.add_argument("--population", type=int, default=_default("population"), help=_help("population"))
+    g.add_argument(
+        "--race",
+        type=float,
+        nargs="*",
+        default=_default("race"),
+        metavar="SHARE",
+        help=_help("race") + " Written --race 0.2 0.5; --race alone turns racing off.",
+    )
+    g.add_argument("--race-z", type=float, default=_default("race_z"), help=_help("race_z"))
+    g.add_argument("--max-records", type=int, default=_default("max_records"), metavar="N", help=_help("max_records"))
     g.add_argument("--seed", type=int, default=_default("seed"), help=_help("seed"))
     g.add_argument("--heartbeat", type=int, default=_default("heartbeat"), metavar="S", help=_help("heartbeat"))
     g.add_argument("--holdout-accuracy", action="store_true", help=_help("holdout_accuracy"))
