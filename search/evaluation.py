@@ -348,6 +348,10 @@ def write_results(
     if plot:
         paths["plot"] = plot_fn(data, out / plot_name)
     paths["markdown"].write_text(markdown_fn(data, plot_name=plot_name if plot else None))
+    if data.get("kind") == "positions":  # the typed table the model card and the demo report read
+        from .results_table import ResultsTable
+
+        paths["table"] = ResultsTable.from_eval_results(data).write(out)
     return paths
 
 

@@ -629,11 +629,24 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
     tmp.replace(path)
+    # the adapter folder carries what its model card shows, so that `rope-adapter push OUT/adapter` publishes it
+    adapter = out / "adapter"
+    carried = report.get("holdout") and (adapter / "adapter_config.json").is_file()
+    if carried:
+        from .results_table import ResultsTable
+
+        ResultsTable.from_search_holdout(_finite(report)).write(adapter)
     (out / SUMMARY_NAME).write_text(markdown_summary(report))
     plots.plot_pareto(report, out / "pareto.png")
     plots.plot_factors(report, out / "factors.png")
     if report.get("holdout"):
         plots.plot_positions(report, out / "positions.png")
+    if carried:
+        import shutil
+
+        for name in ("factors.png", "positions.png"):
+            if (out / name).is_file():
+                shutil.copyfile(out / name, adapter / name)
     return path
 
 
