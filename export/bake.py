@@ -313,6 +313,7 @@ def _write_config(folder: Path, plan: ExportPlan, rope_parameters: dict, factors
             auto_map=names.auto_map,
             rope_parameters=wrap_rope_parameters(copy.deepcopy(rope_parameters)),
             lrs_factors=factors,
+            lrs_rotary_layout=find_rope_site(source.peft_model.get_base_model()).layout,
             lrs_base_model_type=base_type,
             lrs_provenance=source.config.provenance,
         )

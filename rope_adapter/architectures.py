@@ -7,6 +7,7 @@ Models with per-layer-type rotary (Gemma3) call it once per layer type with ``la
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ import torch
 from torch import nn
 
 from .errors import UnsupportedModelError
+from .factors import LAYOUTS, cos_sin, double_inv_freq
 
 # Architectures covered by the test suite; any other decoder with the same structure works too.
 TESTED_MODEL_TYPES = (
@@ -43,6 +45,7 @@ class RopeSite:
     model_type: str
     rope_parameters: dict[str, Any]
     rotary_dim: int  # number of rotated channels per head (partial rotary: less than head_dim)
+    layout: str = "half"  # channel layout of the rotary's (cos, sin): "half" (cat) or "interleaved" (Cohere)
 
     @property
     def num_layers(self) -> int:
@@ -80,6 +83,22 @@ def find_rope_site(model: nn.Module) -> RopeSite:
         raise _unsupported(model, f"it has several rotary backbones ({', '.join(n for n, _ in found)})")
     name, backbone = found[0]
     rotary = _unwrap_rotary(backbone.rotary_emb)
+    inside = {id(m) for m in backbone.rotary_emb.modules()}
+    others = [
+        n
+        for n, m in model.named_modules()
+        if id(m) not in inside
+        and (
+            "rotary" in type(m).__name__.lower()
+            or any(b.endswith("inv_freq") for b, _ in m.named_buffers(recurse=False))
+        )
+    ]
+    if others:
+        raise _unsupported(
+            model,
+            f"besides `{name + '.' if name else ''}rotary_emb` it has other rotary modules ({', '.join(others[:3])}), "
+            f"which an adapter on `rotary_emb` would not reach",
+        )
     layers = backbone.layers
     if len(layers) == 0:
         raise _unsupported(model, "it has no decoder layers")
@@ -107,6 +126,7 @@ def find_rope_site(model: nn.Module) -> RopeSite:
     else:
         rotary_dim = 2 * rotary.inv_freq.numel()
     rope_parameters = dict(getattr(text_config, "rope_parameters", None) or {})
+    layout = detect_layout(model, rotary, layer_types)
     return RopeSite(
         backbone=backbone,
         backbone_name=name,
@@ -117,7 +137,60 @@ def find_rope_site(model: nn.Module) -> RopeSite:
         model_type=str(getattr(text_config, "model_type", type(model).__name__)),
         rope_parameters=rope_parameters,
         rotary_dim=rotary_dim,
+        layout=layout,
     )
+
+
+def _probe_output(twin: nn.Module, layer_type: str | None, positions: torch.Tensor) -> Any:
+    x = torch.zeros(1, positions.shape[-1], 1)
+    with torch.no_grad():
+        return twin(x, positions) if layer_type is None else twin(x, positions, layer_type)
+
+
+def detect_layout(model: nn.Module, rotary: nn.Module, layer_types: list[str] | None = None) -> str:
+    """The channel layout ("half" or "interleaved") in which ``rotary`` returns ``(cos, sin)``, found by running
+    a CPU copy of it on a few positions with known frequencies and comparing its output bit for bit with each
+    layout's. Raises UnsupportedModelError when no layout reproduces it (then no per-layer factor can be exact).
+    """
+    twin = copy.deepcopy(rotary)
+    if any(b.is_meta for b in twin.buffers()):
+        twin = twin.to_empty(device="cpu")
+    else:
+        twin = twin.to("cpu")
+    types = sorted(set(layer_types)) if layer_types else [None]
+    positions = torch.arange(9)[None]
+    for layer_type in types:
+        prefix = f"{layer_type}_" if layer_type else ""
+        inv_freq = getattr(twin, f"{prefix}inv_freq")
+        known = 1.0 / (1.7 ** torch.arange(inv_freq.numel(), dtype=torch.float32))
+        with torch.no_grad():
+            for name, buf in twin.named_buffers():
+                if name.endswith("inv_freq") and buf.shape == inv_freq.shape:
+                    buf.copy_(known)
+        known = getattr(twin, f"{prefix}inv_freq").float()  # as the buffer holds it (bfloat16 after a cast)
+        try:
+            out = _probe_output(twin, layer_type, positions)
+        except Exception as exc:  # noqa: BLE001 - any failure means: we cannot tell, so refuse
+            raise _unsupported(model, f"its rotary module {type(rotary).__name__} fails on a probe ({exc})") from exc
+        scaling = float(getattr(twin, f"{prefix}attention_scaling", 1.0))
+        found = None
+        if isinstance(out, tuple) and len(out) == 2 and all(isinstance(t, torch.Tensor) for t in out):
+            for layout in LAYOUTS:
+                want = cos_sin(positions[..., None].float(), double_inv_freq(known, layout), scaling, out[0].dtype)
+                if all(w.shape == o.shape and torch.equal(w, o) for w, o in zip(want, out, strict=True)):
+                    found = layout
+                    break
+        if found is None:
+            raise _unsupported(
+                model,
+                f"its rotary module {type(rotary).__name__} does not return (cos, sin) in a known channel layout "
+                f"({' or '.join(LAYOUTS)}), so per-layer factors could not reproduce it exactly",
+            )
+        if layer_type == types[0]:
+            layout = found
+        elif found != layout:
+            raise _unsupported(model, "its per-layer-type rotary modules use different channel layouts")
+    return layout
 
 
 def rope_state(rotary: nn.Module, layer_type: str | None) -> tuple[torch.Tensor, float]:

@@ -23,6 +23,10 @@ class AdapterFileError(LrsError):
     """A corrupt or hand-edited adapter_config.json or adapter_model.safetensors."""
 
 
+class AdapterNameError(LrsError):
+    """An adapter name that the model does not hold (never added, deleted, or the model was unloaded)."""
+
+
 class MergeError(LrsError):
     """Factors that cannot be folded into the base model's own RoPE configuration."""
 

@@ -3,61 +3,99 @@
 Layer l rotates queries and keys with ``inv_freq / s_l`` (position interpolation per layer), where ``inv_freq``
 is the base model's current inverse frequency vector (after its own RoPE type, e.g. linear, dynamic, YaRN) and
 its ``attention_scaling`` is kept. With every ``s_l = 1`` the result is the base model's bit for bit.
+
+Two channel layouts of the rotary's ``(cos, sin)`` exist in transformers: ``"half"`` (``cat(freqs, freqs)``,
+rotate-half models such as Llama) and ``"interleaved"`` (``repeat_interleave(freqs, 2)``, Cohere). The layout
+only decides how the per-layer frequencies are doubled; everything else is the same.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
 
 from .errors import AdapterFileError, InvalidFactorsError
 
+FACTOR_MIN = 1e-3
+FACTOR_MAX = 1e3
+"""The range a factor must lie in: far beyond any useful scaling (1.0 is the base model), well inside float32."""
+
+LAYOUTS = ("half", "interleaved")
+"""Channel layouts of a rotary module's ``(cos, sin)``: ``cat(freqs, freqs)`` or ``repeat_interleave(freqs, 2)``."""
+
+_RANGE_HINT = (
+    f"factors must be finite and > 0, in [{FACTOR_MIN:g}, {FACTOR_MAX:g}]; 1.0 leaves a layer unchanged, "
+    f"values above 1 interpolate positions (slower RoPE decay)"
+)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+
 
 def validate_factors(factors: float | Sequence[float], num_layers: int) -> list[float]:
-    """Return ``factors`` as a list of ``num_layers`` positive finite floats, or raise InvalidFactorsError.
+    """Return ``factors`` as a list of ``num_layers`` floats in ``[FACTOR_MIN, FACTOR_MAX]``, or raise
+    InvalidFactorsError.
 
-    A single number means the same factor for every layer.
+    A single number means the same factor for every layer. Booleans, strings and nested lists are refused.
     """
-    if isinstance(factors, int | float):
-        factors = [float(factors)] * num_layers
     if isinstance(factors, torch.Tensor):
+        if factors.dim() > 1 or factors.dtype == torch.bool or factors.is_complex():
+            raise InvalidFactorsError(
+                f"factors must be one number per layer (a flat list or 1-D tensor), got a {factors.dtype} tensor "
+                f"of shape {list(factors.shape)}"
+            )
         factors = factors.detach().cpu().double().flatten().tolist()
-    try:
-        values = [float(f) for f in factors]
-    except (TypeError, ValueError) as exc:
-        raise InvalidFactorsError(f"factors must be numbers, got {factors!r}") from exc
+    if _is_number(factors):
+        factors = [factors] * num_layers  # type: ignore[list-item]
+    if isinstance(factors, str | bytes | dict) or not isinstance(factors, Sequence | range):
+        raise InvalidFactorsError(f"factors must be a number or a list of numbers, got {factors!r}")
+    bad_types = [f for f in factors if not _is_number(f)]
+    if bad_types:
+        raise InvalidFactorsError(
+            f"factors must be numbers (not booleans, strings or lists), got {bad_types[0]!r} in {list(factors)!r}"
+        )
+    values = [float(f) for f in factors]
     if len(values) != num_layers:
         raise InvalidFactorsError(
             f"got {len(values)} factors for a model with {num_layers} decoder layers: "
             f"give exactly one factor per layer (or a single number for all layers)"
         )
-    bad = [(i, f) for i, f in enumerate(values) if not math.isfinite(f) or f <= 0]
+    bad = [(i, f) for i, f in enumerate(values) if not (math.isfinite(f) and FACTOR_MIN <= f <= FACTOR_MAX)]
     if bad:
         shown = ", ".join(f"layer {i}: {f}" for i, f in bad[:5])
-        raise InvalidFactorsError(
-            f"factors must be finite and > 0 ({shown}); 1.0 leaves a layer unchanged, "
-            f"values above 1 interpolate positions (slower RoPE decay)"
-        )
+        raise InvalidFactorsError(f"{_RANGE_HINT} ({shown})")
     return values
 
 
 def check_factors_tensor(tensor: torch.Tensor, num_layers: int, where: str) -> None:
-    """Check a stored factor tensor: float32, shape ``[num_layers]``, finite and positive."""
+    """Check a stored factor tensor: float32, shape ``[num_layers]``, finite and in range."""
     if tensor.dtype != torch.float32:
         raise AdapterFileError(f"{where}: factors must be float32, found {tensor.dtype}")
     if tuple(tensor.shape) != (num_layers,):
         raise AdapterFileError(f"{where}: factors must have shape [{num_layers}], found {list(tensor.shape)}")
-    if not bool(torch.isfinite(tensor).all()) or not bool((tensor > 0).all()):
-        raise AdapterFileError(f"{where}: factors must be finite and > 0, found {tensor.tolist()}")
+    in_range = torch.isfinite(tensor) & (tensor >= FACTOR_MIN) & (tensor <= FACTOR_MAX)
+    if not bool(in_range.all()):
+        raise AdapterFileError(f"{where}: {_RANGE_HINT}, found {tensor.tolist()}")
 
 
-def scaled_inv_freqs(inv_freq: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+def double_inv_freq(inv_freq: torch.Tensor, layout: str = "half") -> torch.Tensor:
+    """``inv_freq`` doubled along its last dimension the way the rotary module doubles its frequencies."""
+    if layout == "half":
+        return torch.cat((inv_freq, inv_freq), dim=-1)
+    if layout == "interleaved":
+        return torch.repeat_interleave(inv_freq, 2, dim=-1)
+    raise ValueError(f"unknown rotary layout {layout!r}; known: {', '.join(LAYOUTS)}")
+
+
+def scaled_inv_freqs(inv_freq: torch.Tensor, factors: torch.Tensor, layout: str = "half") -> torch.Tensor:
     """``inv_freq / s_l`` for every layer at once, each row doubled like the rotary embedding's channels:
     shape ``[num_layers, 2 * len(inv_freq)]`` (frequencies, not cos/sin tables; a few KB)."""
     scaled = inv_freq.to(device=factors.device, dtype=torch.float)[None, :] / factors[:, None]
-    return torch.cat((scaled, scaled), dim=-1)
+    return double_inv_freq(scaled, layout)
 
 
 def cos_sin(
@@ -65,9 +103,10 @@ def cos_sin(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """transformers' rotary forward for float ``positions`` (``position_ids[..., None].float()``), bit for bit.
 
-    ``doubled_inv_freq`` is ``cat(inv_freq, inv_freq)``: multiplying by it equals transformers'
-    ``cat(freqs, freqs)`` element for element, one operation fewer per layer. Multiplying by an attention scaling
-    of exactly 1.0 and casting to float32 are identities, so they are skipped.
+    ``doubled_inv_freq`` is ``inv_freq`` doubled like the rotary's channels (:func:`double_inv_freq`): multiplying
+    by it equals transformers' ``cat(freqs, freqs)`` or ``repeat_interleave(freqs, 2)`` element for element, one
+    operation fewer per layer. Multiplying by an attention scaling of exactly 1.0 and casting to float32 are
+    identities, so they are skipped.
     """
     emb = positions * doubled_inv_freq
     cos, sin = emb.cos(), emb.sin()
@@ -84,6 +123,7 @@ def layer_cos_sin(
     position_ids: torch.Tensor,
     attention_scaling: float,
     dtype: torch.dtype,
+    layout: str = "half",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(cos, sin) of one layer: the base rotary computation with ``inv_freq / factor``.
 
@@ -91,4 +131,4 @@ def layer_cos_sin(
     native linear scaling with factor s bit for bit.
     """
     scaled = inv_freq.to(device=position_ids.device, dtype=torch.float) / factor
-    return cos_sin(position_ids[..., None].float(), torch.cat((scaled, scaled)), attention_scaling, dtype)
+    return cos_sin(position_ids[..., None].float(), double_inv_freq(scaled, layout), attention_scaling, dtype)

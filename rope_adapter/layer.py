@@ -100,9 +100,10 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
     adapter_layer_names: tuple[str, ...] = ()
     other_param_names: tuple[str, ...] = ("lrs_factors",)
 
-    def __init__(self, base_layer: nn.Module, adapter_name: str, factors: list[float]) -> None:
+    def __init__(self, base_layer: nn.Module, adapter_name: str, factors: list[float], layout: str = "half") -> None:
         super().__init__()
         self.base_layer = base_layer
+        self.layout = layout  # channel layout of the base rotary's (cos, sin), see factors.double_inv_freq
         self.lrs_factors = Float32BufferDict()
         self.merged_adapters = []
         self._disable_adapters = False
@@ -138,7 +139,7 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
         layer_type = kwargs.get("layer_type", args[0] if args else None)
         inv_freq, attention_scaling = rope_state(self.base_layer, layer_type)
         positions = position_ids[..., None].float()
-        layer_inv_freqs = scaled_inv_freqs(inv_freq, factors.to(positions.device))
+        layer_inv_freqs = scaled_inv_freqs(inv_freq, factors.to(positions.device), getattr(self, "layout", "half"))
         return LrsPositionEmbeddings(out, positions, layer_inv_freqs, attention_scaling)
 
     def merge(self, safe_merge: bool = False, adapter_names: list[str] | None = None) -> None:

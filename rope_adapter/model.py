@@ -11,8 +11,8 @@ from peft.tuners.tuners_utils import BaseTuner
 from torch import nn
 
 from .architectures import RopeSite, find_rope_site
-from .config import LrsConfig
-from .errors import AdapterFileError, AdapterMismatchError, MergeError
+from .config import LrsConfig, check_provenance
+from .errors import AdapterFileError, AdapterMismatchError, AdapterNameError, LrsError, MergeError
 from .factors import check_factors_tensor, validate_factors
 from .layer import LrsRotaryLayer, install_layer_hooks, remove_layer_hooks
 
@@ -106,9 +106,14 @@ class LrsModel(BaseTuner):
             current.update_layer(adapter_name, config.factors)
             current.set_adapter(current.active_adapters)
         else:
-            wrapper = LrsRotaryLayer(current, adapter_name, config.factors)
+            # what a refused load must give back (see _rollback_adapter)
+            self._lrs_requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
+            wrapper = LrsRotaryLayer(current, adapter_name, config.factors, site.layout)
             site.backbone.rotary_emb = wrapper
             install_layer_hooks(site.layers)
+        if not getattr(self, "_lrs_save_check", False):  # save_pretrained reads state_dict() before writing
+            self.register_state_dict_pre_hook(_check_configs_before_save)
+            self._lrs_save_check = True
         self.targeted_module_names = [site.rotary_name]
         self._mark_only_adapters_as_trainable(model)
         if config.inference_mode:
@@ -140,21 +145,46 @@ class LrsModel(BaseTuner):
                 return module
         return None
 
+    def _adapter(self, adapter_name: str | None) -> tuple[str, LrsRotaryLayer]:
+        """The adapter's name and the wrapper that holds its factors, or AdapterNameError."""
+        wrapper = self._wrapper()
+        if wrapper is None:
+            raise AdapterNameError(
+                "this model holds no LRS adapter any more (unload(), merge_and_unload() or delete_adapter() removed "
+                "it): load or add an adapter first"
+            )
+        name = adapter_name or self.active_adapters[0]
+        if name not in self.peft_config or name not in wrapper.lrs_factors:
+            raise AdapterNameError(
+                f"no LRS adapter named {name!r}; this model holds {sorted(wrapper.lrs_factors)}: pass one of those"
+            )
+        return name, wrapper
+
     def set_factors(self, factors: float | list[float], adapter_name: str | None = None) -> None:
         """Replace an adapter's factors in place (config and tensor); cheap enough for every search trial."""
-        name = adapter_name or self.active_adapters[0]
+        name, wrapper = self._adapter(adapter_name)
         config = self.peft_config[name]
         values = validate_factors(factors, config.num_layers)
-        self._wrapper().set_factors(name, values)
+        wrapper.set_factors(name, values)
         config.factors = values
 
     def get_factors(self, adapter_name: str | None = None) -> list[float]:
-        name = adapter_name or self.active_adapters[0]
-        return self._wrapper().lrs_factors[name].tolist()
+        name, wrapper = self._adapter(adapter_name)
+        return wrapper.lrs_factors[name].tolist()
 
     # --- loading ---------------------------------------------------------------------------------------------
     @classmethod
     def _remap_adapter_state_dict_for_load(
+        cls, model: nn.Module, config: LrsConfig, adapter_name: str, state_dict: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
+        try:
+            return cls._checked_state_dict(model, config, adapter_name, state_dict)
+        except LrsError:
+            _rollback_adapter(model, adapter_name)
+            raise
+
+    @classmethod
+    def _checked_state_dict(
         cls, model: nn.Module, config: LrsConfig, adapter_name: str, state_dict: dict[str, torch.Tensor]
     ) -> dict[str, torch.Tensor]:
         keys = [k for k in state_dict if k.split(".")[-1] == FACTORS_KEY_SUFFIX]
@@ -180,6 +210,16 @@ class LrsModel(BaseTuner):
                 f"adapter was made for another architecture"
             )
         return super()._remap_adapter_state_dict_for_load(model, config, adapter_name, state_dict)
+
+    def _restore_base_model(self) -> None:
+        """Give the base model back as it was before the first adapter: no wrapper, no hooks, no peft_config,
+        each parameter's requires_grad as it was."""
+        self._unwrap()
+        saved = getattr(self, "_lrs_requires_grad", {})
+        for name, p in self.model.named_parameters():
+            if name in saved:
+                p.requires_grad_(saved[name])
+        self.model.__dict__.pop("peft_config", None)
 
     # --- unloading -------------------------------------------------------------------------------------------
     def delete_adapter(self, adapter_name: str) -> None:
@@ -237,3 +277,25 @@ class LrsModel(BaseTuner):
             old = site.backbone.rotary_emb
             device = old.inv_freq.device
             site.backbone.rotary_emb = type(old)(config=text).to(device)
+
+
+def _rollback_adapter(peft_model: nn.Module, adapter_name: str) -> None:
+    """Undo the injection of an adapter whose weights were refused while loading (``load_adapter``,
+    ``PeftModel.from_pretrained``): it disappears entirely, and the last one leaves the base model as it was."""
+    tuner = getattr(peft_model, "base_model", None)
+    if not isinstance(tuner, LrsModel):
+        return
+    tuner.peft_config.pop(adapter_name, None)
+    wrapper = tuner._wrapper()
+    if wrapper is not None and adapter_name in wrapper.lrs_factors:
+        del wrapper.lrs_factors[adapter_name]
+    if not tuner.peft_config:
+        tuner._restore_base_model()
+
+
+def _check_configs_before_save(module: nn.Module, prefix: str, keep_vars: bool) -> None:
+    """State-dict pre-hook of the tuner: ``save_pretrained`` reads the state dict before it writes any file, so a
+    provenance that cannot be written as JSON is refused here, before the folder is touched."""
+    for config in getattr(module, "peft_config", {}).values():
+        if isinstance(config, LrsConfig):
+            check_provenance(config.provenance)

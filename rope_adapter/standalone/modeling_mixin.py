@@ -49,9 +49,10 @@ def tag_rotary_output(rotary: nn.Module, args: tuple, kwargs: dict, output: tupl
 class LayerRotary:
     """Forward pre-hook of decoder layer ``layer_idx``: replaces ``position_embeddings`` with its own pair."""
 
-    def __init__(self, layer_idx: int, factors: LrsFactors) -> None:
+    def __init__(self, layer_idx: int, factors: LrsFactors, layout: str = "half") -> None:
         self.layer_idx = layer_idx
         self.factors = factors  # the model's LrsFactors module
+        self.layout = layout  # "half": cat(freqs, freqs); "interleaved": repeat_interleave(freqs, 2) (Cohere)
 
     def __call__(self, layer: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         base = kwargs.get("position_embeddings")
@@ -66,7 +67,10 @@ class LayerRotary:
         inv_freq = base.inv_freq.to(device=position_ids.device, dtype=torch.float)
         inv_freq = inv_freq / self.factors.factors[self.layer_idx].to(inv_freq.device)
         freqs = position_ids[..., None].float() * inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)
+        if getattr(self, "layout", "half") == "interleaved":
+            emb = torch.repeat_interleave(freqs, 2, dim=-1)
+        else:
+            emb = torch.cat((freqs, freqs), dim=-1)
         cos = emb.cos() * base.attention_scaling
         sin = emb.sin() * base.attention_scaling
         kwargs["position_embeddings"] = (cos.to(dtype=base[0].dtype), sin.to(dtype=base[0].dtype))
@@ -87,7 +91,8 @@ class LrsForCausalLMMixin:
         self.lrs = LrsFactors(factors)
         backbone.rotary_emb.register_forward_hook(tag_rotary_output, with_kwargs=True)
         for idx, layer in enumerate(backbone.layers):
-            layer.register_forward_pre_hook(LayerRotary(idx, self.lrs), with_kwargs=True)
+            layout = getattr(config, "lrs_rotary_layout", None) or "half"
+            layer.register_forward_pre_hook(LayerRotary(idx, self.lrs, layout), with_kwargs=True)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
