@@ -2,16 +2,20 @@
 
 :func:`push_folder` checks the folder and builds README.md from it (export/card.py) before any network call,
 then creates the repo (and the branch), and uploads the folder's files plus the card in one commit. The
-source folder is never modified: the card is uploaded from memory. The token comes from the argument, else
+source folder is never modified: the card, and every JSON file that records a local path (a base model folder,
+an SQLite study file, an eval command line), are uploaded from memory with those paths replaced
+(:func:`publishable_files`). The token comes from the argument, else
 from huggingface_hub's usual sources (HF_TOKEN, the stored login); it is never printed or logged, and every
 failure becomes one :class:`HubPublishError` line without it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
+from urllib.parse import urljoin
 
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
 from huggingface_hub.errors import (
@@ -22,11 +26,20 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from .card import CardError, build_card, read_folder
+from rope_adapter.search.results_table import RESULTS_TABLE_NAME
 
-__all__ = ["HubPublishError", "push_folder"]
+from .bake import SIDECAR_NAME
+from .card import CardError, read_folder, render_card
+from .card_data import FolderInfo, public_json
+
+__all__ = ["HubPublishError", "absolute_url", "publishable_files", "push_folder"]
 
 logger = logging.getLogger(__name__)
+
+PUBLIC_JSON_FILES = frozenset(
+    {"adapter_config.json", "config.json", SIDECAR_NAME, "results.json", RESULTS_TABLE_NAME, "search_report.json"}
+)
+"""Files whose local paths (base model folder, study storage, eval command line) are replaced when published."""
 
 
 class HubPublishError(RuntimeError):
@@ -101,6 +114,37 @@ def _default_message(kind: str, num_layers: int) -> str:
     return f"Upload {what} ({num_layers} layers) with rope-adapter"
 
 
+def absolute_url(url: str, endpoint: str) -> str:
+    """A URL a Hub server answered, absolute: a relative one (``/org/name/commit/abc``) is joined to ``endpoint``."""
+    if not url or "://" in url:
+        return url
+    return urljoin(endpoint.rstrip("/") + "/", url.lstrip("/"))
+
+
+def publishable_files(info: FolderInfo) -> dict[str, str | bytes]:
+    """``{path in repo: local file or bytes}`` of what :func:`push_folder` uploads, README.md aside.
+
+    The JSON files rope-adapter and PEFT write (:data:`PUBLIC_JSON_FILES`) are uploaded as
+    :func:`rope_adapter.export.card_data.public_json` makes them when that changes them (no local path); every
+    other file as it is (a tokenizer's vocabulary may hold strings that look like paths).
+    """
+    out: dict[str, str | bytes] = {}
+    for name in info.files:
+        if name == "README.md" or name.endswith(".pyc"):
+            continue
+        path = info.folder / name
+        out[name] = str(path)
+        if name in PUBLIC_JSON_FILES:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue  # not JSON after all: uploaded unchanged
+            public = public_json(data)
+            if public != data:
+                out[name] = (json.dumps(public, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    return out
+
+
 def push_folder(
     folder: str | os.PathLike[str],
     repo_id: str,
@@ -110,7 +154,7 @@ def push_folder(
     token: str | None = None,
     commit_message: str | None = None,
 ) -> str:
-    """Publish an LRS adapter folder or exported model folder to ``repo_id``; returns the commit URL.
+    """Publish an LRS adapter folder or exported model folder to ``repo_id``; returns the absolute commit URL.
 
     The folder's README.md is (re)generated from its files (:func:`rope_adapter.export.card.build_card`) and
     uploaded in the same commit; the folder itself is not changed. The repo is created if missing
@@ -123,7 +167,8 @@ def push_folder(
     folder = Path(folder)
     try:
         info = read_folder(folder)
-        build_card(folder, repo_id=repo_id)  # fail on a bad folder before touching the network
+        render_card(info, repo_id=repo_id)  # fail on a bad folder before touching the network
+        files = publishable_files(info)
     except CardError as exc:
         raise HubPublishError(str(exc)) from None
 
@@ -134,12 +179,8 @@ def push_folder(
     try:
         if "/" not in repo_id:
             repo_id = f"{api.whoami(token=token)['name']}/{repo_id}"
-        card = build_card(folder, repo_id=repo_id)
-        operations = [
-            CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(folder / name))
-            for name in info.files
-            if name != "README.md" and not name.endswith(".pyc")
-        ]
+        card = render_card(info, repo_id=repo_id)
+        operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=source) for name, source in files.items()]
         operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=str(card).encode("utf-8")))
         api.create_repo(repo_id, private=private, exist_ok=True, token=token)
         if revision is not None and revision != "main":
@@ -154,5 +195,6 @@ def push_folder(
     except (HfHubHTTPError, OfflineModeIsEnabled, LocalTokenNotFoundError, ValueError, *_TRANSPORT_ERRORS) as exc:
         message = _describe(exc, endpoint=api.endpoint, repo_id=repo_id, revision=revision)
         raise HubPublishError(_one_line(f"publishing {folder} to {repo_id} failed: {message}", token)) from None
-    logger.info("published %s to %s (%s)", folder, repo_id, commit.commit_url)
-    return commit.commit_url
+    url = absolute_url(commit.commit_url, api.endpoint)
+    logger.info("published %s to %s (%s)", folder, repo_id, url)
+    return url

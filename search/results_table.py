@@ -408,10 +408,9 @@ def _eval_variant(entry: Mapping[str, Any]) -> TableVariant:
     else:
         role = "other"
     factors = entry.get("factors")
-    label = name if role != "adapter" else f"adapter ({Path(str(entry['adapter'])).name})"
     return TableVariant(
         name=name,
-        label=label,
+        label=name,
         role=role,
         factors=[float(f) for f in factors] if isinstance(factors, list) else None,
         uniform=_number(entry.get("uniform")),

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from pathlib import Path
 
+import hub_server
 import pytest
-import yaml
+from card_folders import FACTORS, SMOLLM2, factor_table, front_matter, make_adapter
 from hub_server import HubTestServer, hub_for_test
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import (
@@ -22,12 +22,10 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from rope_adapter.export.card import CardError, build_card
-from rope_adapter.export.hub import HubPublishError, push_folder
+from rope_adapter.export.hub import HubPublishError, absolute_url, push_folder
 
 TOKEN = HubTestServer.DEFAULT_TOKEN
 WRONG_TOKEN = "hf_wrong_secret_token_value_42"
-FACTORS = [1.0, 1.125, 1.375, 1.5]
 
 
 @pytest.fixture
@@ -35,132 +33,7 @@ def hub(tmp_path, monkeypatch):
     yield from hub_for_test(tmp_path, monkeypatch)
 
 
-# hand-made folders -------------------------------------------------------------------------------------
-
-
-def write_safetensors(path: Path, tensors: dict[str, list[float]]) -> None:
-    """A float32 safetensors file, written with the standard library."""
-    header, data = {}, b""
-    for name, values in tensors.items():
-        raw = struct.pack(f"<{len(values)}f", *values)
-        header[name] = {"dtype": "F32", "shape": [len(values)], "data_offsets": [len(data), len(data) + len(raw)]}
-        data += raw
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    path.write_bytes(struct.pack("<Q", len(blob)) + blob + data)
-
-
-def make_adapter(
-    folder: Path,
-    factors: list[float] = FACTORS,
-    base: str = "HuggingFaceTB/SmolLM2-135M-Instruct",
-    report: bool = True,
-) -> Path:
-    """An LRS adapter folder as rope_adapter saves it, with a search report and a factors plot."""
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {
-        "peft_type": "LRS",
-        "task_type": "CAUSAL_LM",
-        "base_model_name_or_path": base,
-        "factors": factors,
-        "num_layers": len(factors),
-        "head_dim": 64,
-        "base_model_type": "llama",
-        "base_rope_parameters": {"rope_type": "default", "rope_theta": 100000.0},
-        "provenance": {
-            "method": "bezier-nsga2",
-            "curve": {
-                "degree": 3,
-                "x_mode": "fixed",
-                "control_points": [[0, 1.0], [1 / 3, 1.1], [2 / 3, 1.45], [1, 1.5]],
-            },
-            "study": {"name": "smol-kv20", "trial": 17, "sampler": "NSGAIISampler", "seed": 1234},
-            "task": {"name": "kv-retrieval", "pairs": 20, "positions": [0, 9, 19], "score": "gold_logprob@4"},
-            "scores": {"mean": -1.25, "worst": -2.5},
-        },
-    }
-    (folder / "adapter_config.json").write_text(json.dumps(config, indent=2))
-    write_safetensors(folder / "adapter_model.safetensors", {"base_model.model.lrs_factors.default": factors})
-    if report:
-        variants = {
-            "base": {"per_position": {"0": 0.9, "9": 0.35, "19": 0.8}, "mean": 0.6833, "stderr": 0.05},
-            "lrs": {"per_position": {"0": 0.92, "9": 0.6, "19": 0.84}, "mean": 0.7867, "stderr": 0.04},
-        }
-        report_data = {"baselines": {"base": {}}, "pareto_front": [{"trial": 17}, {"trial": 3}]}
-        report_data["heldout"] = {"variants": variants}
-        (folder / "search_report.json").write_text(json.dumps(report_data))
-        (folder / "factors.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + os.urandom(64))
-    return folder
-
-
-def make_export(
-    folder: Path, *, custom_code: bool = True, model_type: str | None = None, factors_in_config: bool = False
-) -> Path:
-    """An exported model folder laid out like export/bake.py writes it: config.json, lrs_export.json (factors,
-    base model, provenance, verification), weights; custom code gets model_type llama_lrs, auto_map and the
-    factors in config.json, native gets linear rope_parameters. The card reads no weights."""
-    folder.mkdir(parents=True, exist_ok=True)
-    base_rope = {"rope_type": "default", "rope_theta": 100.0}
-    factors = FACTORS if custom_code else [1.5] * len(FACTORS)
-    config = {
-        "model_type": model_type or ("llama_lrs" if custom_code else "llama"),
-        "architectures": ["LlamaLrsForCausalLM" if custom_code else "LlamaForCausalLM"],
-        "num_hidden_layers": len(FACTORS),
-        "head_dim": 16,
-    }
-    if custom_code:
-        config.update(
-            auto_map={
-                "AutoConfig": "configuration_llama_lrs.LlamaLrsConfig",
-                "AutoModelForCausalLM": "modeling_llama_lrs.LlamaLrsForCausalLM",
-            },
-            rope_parameters={"rope_type": "lrs", "base": base_rope},
-            lrs_factors=factors,
-            lrs_base_model_type="llama",
-            lrs_provenance=None,
-        )
-        (folder / "configuration_llama_lrs.py").write_text("# config code\n")
-        (folder / "modeling_llama_lrs.py").write_text("# model code\n")
-    else:
-        config["rope_parameters"] = {"rope_type": "linear", "rope_theta": 100.0, "factor": 1.5}
-        if factors_in_config:  # the layout of an older exporter: factors in config.json even when native
-            config.update(lrs_factors=factors, lrs_base_model_type="llama")
-    sidecar = {
-        "format": "custom-code" if custom_code else "native",
-        "base_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
-        "base_model_type": "llama",
-        "num_layers": len(factors),
-        "head_dim": 16,
-        "rotary_dim": 16,
-        "base_rope_parameters": base_rope,
-        "factors": factors,
-        "provenance": None,
-        "verification": {"max_abs_diff": 0.0, "probe_tokens": 64, "dtype": "torch.float32"},
-    }
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    if not factors_in_config:
-        (folder / "lrs_export.json").write_text(json.dumps(sidecar, indent=2))
-    write_safetensors(folder / "model.safetensors", {"lm_head.weight": [0.0] * 8})
-    return folder
-
-
-def front_matter(text: str) -> dict:
-    assert text.startswith("---\n"), text[:200]
-    end = text.index("\n---\n", 4)
-    return yaml.safe_load(text[4:end])
-
-
-def factor_table(text: str) -> dict[int, float]:
-    """Rows of the card's '| Layer | Factor |' table."""
-    lines = text.splitlines()
-    start = lines.index("| Layer | Factor |") + 2
-    rows = {}
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        layer, factor = (cell.strip() for cell in line.strip("|").split("|"))
-        rows[int(layer)] = float(factor)
-    return rows
+# folders --------------------------------------------------------------------------------------------------
 
 
 def snapshot_of(folder: Path) -> dict[str, tuple[int, bytes]]:
@@ -308,43 +181,59 @@ def test_push_folder_publishes_adapter_with_card(hub, tmp_path):
     assert url.startswith(f"{hub.endpoint}/org/llama-lrs/commit/")
     assert snapshot_of(folder) == before  # the source folder is not touched (no README written into it)
     files = hub.files("org/llama-lrs")
-    assert set(files) == {
-        ".gitattributes",
-        "README.md",
-        "adapter_config.json",
-        "adapter_model.safetensors",
-        "factors.png",
-        "search_report.json",
-    }
+    assert set(files) == {".gitattributes", *before} and "results_table.json" in files
     for name, (_, content) in before.items():
-        assert files[name] == content, name
+        if name.endswith(".json"):  # local paths (the eval's adapter folder, the study file) are replaced
+            assert str(tmp_path) not in files[name].decode() and "/home/someone" not in files[name].decode(), name
+        elif name != "README.md":
+            assert files[name] == content, name
+    assert json.loads(files["results_table.json"])["metrics"] == json.loads(before["results_table.json"][1])["metrics"]
     assert {"adapter_model.safetensors", "factors.png"} <= hub.lfs_paths("org/llama-lrs")
+    config = json.loads(files["adapter_config.json"])
+    assert config["base_model_name_or_path"] == SMOLLM2
+    assert config["provenance"]["study"]["storage"] == "sqlite:///study.db"
 
     readme = Path(hf_hub_download("org/llama-lrs", "README.md")).read_text()
     meta = front_matter(readme)
-    assert meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert meta["base_model"] == SMOLLM2
     assert meta["library_name"] == "peft"
     assert meta["pipeline_tag"] == "text-generation"
     assert meta["license"] == "apache-2.0"
     assert {"rope", "lrs", "long-context", "lost-in-the-middle"} <= set(meta["tags"])
-    metrics = meta["model-index"][0]["results"][0]["metrics"]
-    assert metrics[0]["type"] == "gold_logprob@4" and metrics[0]["value"] == pytest.approx(0.7867)
+    metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    assert metrics["accuracy"] == pytest.approx(10 / 12) and metrics["accuracy@position_9"] == pytest.approx(0.75)
 
-    config = json.loads(files["adapter_config.json"])
     table = factor_table(readme)
     assert sorted(table) == list(range(config["num_layers"]))
     assert [table[i] for i in range(config["num_layers"])] == pytest.approx(config["factors"], abs=5e-5)
     assert "import rope_adapter" in readme
     assert 'PeftModel.from_pretrained(base, "org/llama-lrs")' in readme
-    assert 'AutoModelForCausalLM.from_pretrained("HuggingFaceTB/SmolLM2-135M-Instruct")' in readme
+    assert f'AutoModelForCausalLM.from_pretrained("{SMOLLM2}")' in readme
     assert "https://arxiv.org/abs/2503.04355" in readme
     assert "![RoPE scaling factor by layer](factors.png)" in readme
-    assert "| **lrs** | 0.9200 | 0.6000 | 0.8400 | 0.7867 | 0.0400 |" in readme
-    assert "NSGAIISampler" in readme and "`1234`" in readme
+    assert "| **lrs** | 1.000 [0.510, 1.000] | 0.750 [0.301, 0.954] | 0.750 [0.301, 0.954] | 0.833" in readme
+    assert "NSGAIISampler(population_size=8), seed 1234, storage sqlite:///study.db" in readme
+    assert str(tmp_path) not in readme and "/home/someone" not in readme
+
+
+def test_push_prints_an_absolute_commit_url_when_the_server_answers_a_relative_one(hub, tmp_path, monkeypatch):
+    assert absolute_url("/org/x/commit/abc", "https://hub.example/") == "https://hub.example/org/x/commit/abc"
+    assert (
+        absolute_url("https://hub.example/org/x/commit/abc", "http://other") == "https://hub.example/org/x/commit/abc"
+    )
+    original = hub_server._Handler._url
+
+    def relative(self, repo, suffix=""):
+        url = original(self, repo, suffix)
+        return url.removeprefix(hub.endpoint) if suffix.startswith("/commit/") else url
+
+    monkeypatch.setattr(hub_server._Handler, "_url", relative)
+    url = push_folder(make_adapter(tmp_path / "adapter", results=False), "org/relative", token=TOKEN)
+    assert url.startswith(f"{hub.endpoint}/org/relative/commit/")
 
 
 def test_push_folder_refreshes_an_existing_readme(hub, tmp_path):
-    folder = make_adapter(tmp_path / "adapter", report=False)
+    folder = make_adapter(tmp_path / "adapter", results=False)
     (folder / "README.md").write_text("---\nlibrary_name: peft\n---\n# stale card\n")
     push_folder(folder, "org/refresh", token=TOKEN)
     readme = hub.files("org/refresh")["README.md"].decode()
@@ -355,7 +244,7 @@ def test_push_folder_refreshes_an_existing_readme(hub, tmp_path):
 
 def test_push_folder_to_new_branch(hub, tmp_path):
     push_folder(make_adapter(tmp_path / "v1"), "org/branchy", token=TOKEN)
-    v2 = make_adapter(tmp_path / "v2", factors=[1.0, 2.0, 2.0, 1.0], report=False)
+    v2 = make_adapter(tmp_path / "v2", factors=[1.0, 2.0, 2.0, 1.0], results=False)
     push_folder(v2, "org/branchy", revision="experiment", token=TOKEN, commit_message="try a bump")
 
     assert set(hub.branches("org/branchy")) == {"main", "experiment"}
@@ -443,58 +332,6 @@ def test_push_folder_adapter_saved_by_the_core_loads_back_with_peft(hub, tmp_pat
     assert list(factor_table(readme).values()) == pytest.approx(FACTORS)
     assert "base_model" not in front_matter(readme)  # a random-init model has no name to record
     assert 'BASE_MODEL = "..."' in readme and "from_pretrained(BASE_MODEL)" in readme
-
-
-# cards of exported models ------------------------------------------------------------------------------
-
-
-def test_card_of_custom_code_export(tmp_path):
-    card = build_card(make_export(tmp_path / "export"), repo_id="org/llama-lrs-merged")
-    meta = card.data.to_dict()
-    assert meta["library_name"] == "transformers" and meta["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    assert "custom_code" in meta["tags"]
-    text = str(card)
-    assert 'AutoModelForCausalLM.from_pretrained("org/llama-lrs-merged", trust_remote_code=True)' in text
-    assert "`modeling_llama_lrs.py`" in text
-    assert list(factor_table(text).values()) == pytest.approx(FACTORS)
-    assert '`{"rope_theta": 100.0, "rope_type": "default"}`' in text  # the base RoPE, unwrapped
-    assert "max abs diff `0.0`" in text
-
-
-@pytest.mark.parametrize("factors_in_config", [False, True])
-def test_card_of_native_export(tmp_path, factors_in_config):
-    folder = make_export(tmp_path / "native", custom_code=False, factors_in_config=factors_in_config)
-    text = str(build_card(folder, repo_id="org/llama-linear"))
-    assert 'AutoModelForCausalLM.from_pretrained("org/llama-linear")\n' in text
-    assert "trust_remote_code" not in text
-    assert "equals native linear RoPE scaling with factor 1.5000" in text
-    assert list(factor_table(text).values()) == [1.5] * len(FACTORS)
-
-
-def test_card_refuses_export_whose_files_disagree(tmp_path):
-    folder = make_export(tmp_path / "edited")
-    sidecar = json.loads((folder / "lrs_export.json").read_text())
-    sidecar["factors"][0] = 9.0
-    (folder / "lrs_export.json").write_text(json.dumps(sidecar))
-    with pytest.raises(CardError, match="disagree on the factors"):
-        build_card(folder)
-
-
-def test_card_refuses_export_that_would_load_without_factors(tmp_path):
-    folder = make_export(tmp_path / "bad", model_type="llama")  # auto_map next to the built-in model_type
-    with pytest.raises(CardError, match="WITHOUT the factors"):
-        build_card(folder)
-
-
-def test_card_license_from_local_base_folder(tmp_path):
-    base = tmp_path / "base-model"
-    base.mkdir()
-    (base / "README.md").write_text("---\nlicense: mit\n---\n# base\n")
-    card = build_card(make_adapter(tmp_path / "adapter", base=str(base), report=False))
-    meta = card.data.to_dict()
-    assert meta["license"] == "mit"
-    assert "base_model" not in meta  # a local path is no Hub id
-    assert f"AutoModelForCausalLM.from_pretrained({json.dumps(str(base))})" in str(card)
 
 
 # transformers' from_pretrained through the server ---------------------------------------------------------------

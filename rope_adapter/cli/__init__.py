@@ -11,7 +11,7 @@ import sys
 
 from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
 
-SUBCOMMANDS = ["info", "demo", "search", "export", "push", "eval", "analyze"]
+SUBCOMMANDS = ["info", "demo", "search", "export", "card", "push", "eval", "analyze"]
 
 
 class CliError(Exception):

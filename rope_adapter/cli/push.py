@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rope_adapter.cli import CliError
+from rope_adapter.export.hub import HubPublishError, push_folder
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +14,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="publish an adapter or exported model folder to the Hugging Face Hub with a model card",
         description="Upload an LRS adapter folder (save_pretrained / `rope-adapter search` output) or a folder "
         "written by `rope-adapter export` to a Hub repo, in one commit, with a README.md model card generated "
-        "from the folder's files. The token comes from huggingface_hub's usual sources (HF_TOKEN, "
+        "from the folder's files (`rope-adapter card FOLDER` shows it first). The token comes from huggingface_hub's usual sources (HF_TOKEN, "
         "`hf auth login`); it is never printed. HF_ENDPOINT selects another Hub endpoint.",
     )
     p.add_argument("folder", metavar="ADAPTER_OR_EXPORT_DIR", help="adapter folder or exported model folder")
@@ -25,13 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rope_adapter.export.hub import HubPublishError, push_folder
-
     try:
         url = push_folder(
             args.folder, args.repo, private=args.private, revision=args.revision, commit_message=args.message
         )
     except HubPublishError as exc:
         raise CliError(str(exc)) from None
-    print(f"pushed {args.folder} to {args.repo}: {url}")
+    print(f"pushed {args.folder} to {args.repo}: {url}")  # push_folder joins a relative commit URL to the endpoint
     return 0

@@ -1,0 +1,47 @@
+"""`rope-adapter card FOLDER [--out README.md]`: the model card `rope-adapter push` would upload, to read first."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rope_adapter.cli import CliError
+from rope_adapter.export.card import CardError, build_card
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "card",
+        help="write the model card that `push` would upload for an adapter or exported model folder",
+        description="Render the README.md model card of an LRS adapter folder or a folder written by "
+        "`rope-adapter export`, exactly as `rope-adapter push` builds it (factors, results tables and model-index "
+        "from results_table.json / results.json in the folder, no local paths), without any network access. "
+        "The folder itself is not changed unless --out points into it.",
+    )
+    p.add_argument("folder", metavar="ADAPTER_OR_EXPORT_DIR", help="adapter folder or exported model folder")
+    p.add_argument("--out", type=Path, metavar="FILE", help="write the card here (default: print it)")
+    p.add_argument(
+        "--repo",
+        metavar="ORG/NAME",
+        help="the repo id it will be published to (used in the loading code; default: the folder's name)",
+    )
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        card = build_card(args.folder, repo_id=args.repo)
+    except CardError as exc:
+        raise CliError(str(exc)) from None
+    text = str(card)
+    if args.out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"cannot write the card to {args.out}: {exc}") from None
+    print(f"wrote {args.out} (the card `rope-adapter push {args.folder}` would upload)")
+    return 0
