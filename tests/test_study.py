@@ -557,3 +557,14 @@ def test_repeated_proposals_are_pruned_without_scoring(tmp_path, model_dir):
     assert pruned[0].user_attrs["lrs"]["duplicate_of"] == 1 and "sample_scores" not in pruned[0].user_attrs["lrs"]
     assert len(complete(trials.values())) == 8  # the pruned repeat did not count towards --trials
     assert result.report["study"]["repeats_pruned"] == 1
+
+
+def test_found_adapters_name_their_base_portably(tmp_path, monkeypatch):
+    from rope_adapter.search.study import recorded_base
+
+    assert recorded_base("smollm2-135m-instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert recorded_base("qwen2.5-coder-0.5b-instruct") == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert recorded_base("models/mine") == str(tmp_path / "models" / "mine")  # absolute: works from anywhere
+    assert recorded_base("org/some-model") == "org/some-model"
