@@ -71,8 +71,15 @@ def test_cli_push_then_load_adapter_and_export_from_the_hub_in_fresh_processes(h
         cli = [sys.executable, "-m", "rope_adapter.cli", "push", str(folder), "--repo", repo]
         done = subprocess.run(cli, capture_output=True, text=True, env=env)
         assert done.returncode == 0, done.stderr
-        assert f"pushed {folder} to {repo}" in done.stdout
+        assert f"pushed {folder} to {repo}: {hub.endpoint}/{repo}/commit/" in done.stdout  # an absolute URL
     assert "README.md" in hub.files("org/llama-lrs") and "README.md" in hub.files("org/llama-lrs-merged")
+    for repo in ("org/llama-lrs", "org/llama-lrs-merged"):  # made from a local base: no local path published
+        for name, content in hub.files(repo).items():
+            if name.endswith((".json", ".md")):
+                assert str(made["tmp"]) not in content.decode(), (repo, name)
+    assert "\nA local copy of a `llama` model with **Layer-specific RoPE Scaling" in (
+        hub.files("org/llama-lrs-merged")["README.md"].decode()
+    )
 
     code = f"""
         import sys, torch
