@@ -54,6 +54,10 @@ def test_demo_end_to_end_on_a_tiny_model(tmp_path, capsys):
     with torch.no_grad():
         torch.testing.assert_close(exported(ids).logits, adapted(ids).logits)
     assert (out / "4-exported" / "README.md").read_text() == (out / "model-card.md").read_text()
+    card = (out / "model-card.md").read_text()  # the results travel with the export, without local paths
+    assert "model-index" in card and "## Held-out results of the search" in card and "## Evaluation" in card
+    assert str(tmp_path) not in card
+    assert "Paired differences over all gold positions" in report and "− `base` = " in report
 
     # each step's printed command reruns that step alone: rerun step 1 into a new folder
     steps = report.split("Each step alone")[1]

@@ -14,8 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import time
 from pathlib import Path
+
+from rope_adapter.export.card import build_card
+from rope_adapter.search.results_table import RESULTS_TABLE_NAME, ResultsTable
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -60,6 +64,19 @@ def _step(number: int, title: str, argv: list[str], commands: list[str]) -> None
 
 def _read(path: Path) -> str:
     return path.read_text() if path.is_file() else f"_{path.name} is missing_\n"
+
+
+def headline(table: ResultsTable) -> list[str]:
+    """One line per metric and comparison: the difference over all positions, its 95 % interval and verdict."""
+    lines = []
+    for metric in table.metrics:
+        for c in metric.comparisons:
+            d = c.overall
+            if d is None:
+                continue
+            interval = f" [{d.low:+.3f}, {d.high:+.3f}]" if d.low is not None and d.high is not None else ""
+            lines.append(f"- {metric.name}: `{c.variant}` − `{c.against}` = {d.diff:+.3f}{interval}, {d.verdict}")
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,11 +140,14 @@ def run(args: argparse.Namespace) -> int:
         + (["--overwrite"] if args.overwrite or export_dir.exists() else []),
         commands,
     )
-    from rope_adapter.export.card import build_card
-
+    # the export carries the results its card shows: the search's held-out table and the held-out eval
+    for source in (adapter / RESULTS_TABLE_NAME, heldout_eval / "results.json"):
+        if source.is_file():
+            shutil.copyfile(source, export_dir / source.name)
     card = build_card(export_dir)
     card.save(export_dir / "README.md")
     (out / "model-card.md").write_text(str(card))
+    heldout_table = ResultsTable.read(heldout_eval)
 
     print("\n[5/5] writing the report", flush=True)
     minutes = (time.time() - start) / 60
@@ -153,13 +173,18 @@ def run(args: argparse.Namespace) -> int:
         "",
         "![held-out](3-heldout-eval/positions.png)",
         "",
+        "Paired differences over all gold positions (from `3-heldout-eval/results_table.json`):",
+        "",
+        *headline(heldout_table),
+        "",
         _read(heldout_eval / "results.md"),
         "## 4. Exported model and model card",
         "",
         f"- adapter: `{adapter}` (load with `import rope_adapter; PeftModel.from_pretrained(base, '{adapter}')`)",
         f"- exported model: `{export_dir}` (load with `AutoModelForCausalLM.from_pretrained('{export_dir}', "
         "trust_remote_code=True)`, or without trust_remote_code after `import rope_adapter`)",
-        "- model card: [model-card.md](model-card.md), also the exported folder's README.md",
+        "- model card: [model-card.md](model-card.md), also the exported folder's README.md (with the held-out "
+        "results: `rope-adapter card` shows what `rope-adapter push` would upload)",
         "",
         "## Reproduce",
         "",
