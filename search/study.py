@@ -646,6 +646,8 @@ def create_or_load_study(
         check_existing_study(storage, name, fingerprint)
         return False
     study.set_user_attr(SETTINGS_ATTR, fingerprint)
+    # named objective values for optuna-dashboard and study.trials_dataframe(): ObjectiveSpec.names
+    study.set_metric_names(["mean", "worst"] if len(directions) == 2 else ["fitness"])
     if space.s_min <= 1.0 <= space.s_max:
         study.enqueue_trial(baseline_params(space, 1.0), user_attrs={BASELINE_ATTR: "base", "uniform": 1.0})
     for value in uniform:

@@ -72,6 +72,10 @@ def assert_no_absolute_path(text: str, root: Path) -> None:
 
 
 def test_the_search_writes_what_the_card_needs_into_the_adapter_folder(written):
+    import optuna
+
+    study = optuna.load_study(study_name="lrs-search", storage=f"sqlite:///{written['root'] / 'search' / 'study.db'}")
+    assert study.metric_names == ["mean", "worst"]  # what optuna-dashboard shows for the objective values
     adapter = written["adapter"]
     assert {RESULTS_TABLE_NAME, "factors.png", "positions.png"} <= {p.name for p in adapter.iterdir()}
     table = ResultsTable.read(adapter)
