@@ -1,0 +1,162 @@
+"""Search sample efficiency: plain NSGA-II against racing, on the same seeds and the same budget in forward passes.
+
+Both arms run `rope_adapter.search.run_search` with the same settings and seed; the only difference is `race`
+(racing: checks after 20 % and 50 % of the search records; plain: every trial scored on every record). The budget
+is `--max-records` search records scored per study (one prefix forward pass each), so racing spends what it saves
+on more trials. Each arm reports the held-out score and teacher-forced accuracy its chosen adapter reaches.
+
+Then the racing study is replayed with full scoring: every trial racing stopped is scored on all search records,
+and the choice is made again on full scores. The report says whether racing picked the same trial, and how many
+forward passes it saved.
+
+Writes JSON and Markdown (default benchmarks/results/racing_<model>.{json,md}) and keeps both study folders.
+
+    .venv/bin/python benchmarks/racing.py --model smollm2-135m-instruct --pairs 10 --search-records 20 \\
+        --holdout-records 20 --max-records 1200
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from machine_info import environment
+
+from rope_adapter.search import SearchSettings, run_search
+from rope_adapter.search.objective import position_means
+from rope_adapter.search.report import choose, trial_record
+from rope_adapter.search.study import make_worker, open_storage
+
+
+def summarise(result) -> dict:
+    report = result.report
+    holdout = report.get("holdout") or {}
+    configs = holdout.get("configs", {})
+    return {
+        "out": str(result.out_dir),
+        "trials": report["study"]["complete"],
+        "racing": report["study"]["racing"],
+        "chosen_trial": result.chosen_trial,
+        "search_objectives": (report.get("chosen") or {}).get("objectives"),
+        "holdout": {
+            name: {"mean": cfg.get("mean"), "tf_accuracy": cfg.get("tf_accuracy")} for name, cfg in configs.items()
+        },
+        "holdout_found_minus_base": (holdout.get("differences", {}).get("found-base") or {}).get("mean"),
+        "verdict": holdout.get("verdict"),
+    }
+
+
+def replay(settings: SearchSettings) -> dict:
+    """Score the stopped trials of a raced study in full and choose again."""
+    import optuna
+
+    worker = make_worker(settings, 0, with_holdout=False)
+    study = optuna.load_study(study_name=settings.study, storage=open_storage(settings.storage_url()))
+    records = [trial_record(t) for t in study.get_trials(deepcopy=False)]
+    spec = settings.objective_spec()
+    raced_choice, _, _ = choose(records, spec, settings.select)
+    start = time.perf_counter()
+    replayed = 0
+    for record in records:
+        if not record.get("raced_out"):
+            continue
+        scored = worker.evaluator.score(record["factors"], worker.search)
+        by_position = position_means(worker.search.positions, scored.per_sample)
+        record.update(
+            raced_out=False,
+            by_position={str(p): v for p, v in by_position.items()},
+            objectives=spec.summary(by_position),
+        )
+        replayed += 1
+    full_choice, _, _ = choose(records, spec, settings.select)
+    return {
+        "replayed_trials": replayed,
+        "seconds": time.perf_counter() - start,
+        "raced_choice": None if raced_choice is None else raced_choice["number"],
+        "full_scoring_choice": None if full_choice is None else full_choice["number"],
+        "same_trial": (raced_choice or {}).get("number") == (full_choice or {}).get("number"),
+        "full_choice_objectives": None if full_choice is None else full_choice["objectives"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--search-records", type=int, default=20)
+    parser.add_argument("--holdout-records", type=int, default=20)
+    parser.add_argument("--max-records", type=int, default=1200, help="search records scored per study (budget)")
+    parser.add_argument("--population", type=int, default=8)
+    parser.add_argument("--uniform", type=float, nargs="*", default=[0.9, 1.1])
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    slug = Path(args.model).name.lower()
+    out = args.out or Path(__file__).parent / "results" / f"racing_{slug}"
+    base = SearchSettings(
+        model=args.model,
+        pairs=args.pairs,
+        search_records=args.search_records,
+        holdout_records=args.holdout_records,
+        trials=None,
+        timeout=24 * 3600.0,
+        max_records=args.max_records,
+        population=args.population,
+        uniform=tuple(args.uniform),
+        seed=args.seed,
+    )
+    arms = {}
+    for name, race in (("racing", (0.2, 0.5)), ("plain", ())):
+        settings = replace(base, race=race, out=str(out / name))
+        start = time.perf_counter()
+        arms[name] = {**summarise(run_search(settings)), "seconds": time.perf_counter() - start}
+    raced_settings = replace(base, race=(0.2, 0.5), out=str(out / "racing"))
+    results = {
+        "model": args.model,
+        "settings": {k: v for k, v in vars(args).items() if k != "out"},
+        "arms": arms,
+        "replay": replay(raced_settings),
+        "environment": environment(),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out.with_suffix(".json")
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    md = [
+        f"# Racing vs plain NSGA-II: {args.model}, {args.pairs} pairs",
+        "",
+        f"{args.search_records} search records x 5 positions, budget {args.max_records} scored search records per "
+        f"study (one prefix forward pass each), population {args.population}, seed {args.seed}, uniform baselines "
+        f"{args.uniform}. Held-out: {args.holdout_records} other records.",
+        "",
+        "| arm | trials | scored records | saved | held-out found tf-accuracy | base | found - base (score) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, arm in arms.items():
+        hold = arm["holdout"]
+        diff = arm["holdout_found_minus_base"] or {}
+        md.append(
+            f"| {name} | {arm['trials']} | {arm['racing']['records_scored']} | "
+            f"{arm['racing']['saved_fraction']:.0%} | {np.round((hold.get('found') or {}).get('tf_accuracy', np.nan), 3)} | "
+            f"{np.round((hold.get('base') or {}).get('tf_accuracy', np.nan), 3)} | "
+            f"{diff.get('diff', float('nan')):+.4f} +- {diff.get('se') or float('nan'):.4f} |"
+        )
+    rep = results["replay"]
+    md += [
+        "",
+        f"Replay of the racing study with full scoring: {rep['replayed_trials']} stopped trials rescored; racing chose "
+        f"trial {rep['raced_choice']}, full scoring chooses trial {rep['full_scoring_choice']} "
+        f"({'the same' if rep['same_trial'] else 'a different one'}).",
+        "",
+    ]
+    path.with_suffix(".md").write_text("\n".join(md))
+    print("\n".join(md))
+    print(f"wrote {path} and {path.with_suffix('.md')}")
+
+
+if __name__ == "__main__":
+    main()
