@@ -15,11 +15,9 @@ import copy
 import fnmatch
 import json
 import logging
+import math
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 import uuid
 import warnings
 from collections.abc import Callable
@@ -33,6 +31,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, Pre
 
 import rope_adapter
 from rope_adapter import LrsConfig, LrsError, find_rope_site, get_factors, load_lrs_config
+from rope_adapter.api import check_adapter_folder
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.standalone import (
     CodegenError,
@@ -44,6 +43,16 @@ from rope_adapter.standalone import (
 
 from .codegen import write_code
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
+from .staging import (  # ExportVerificationError and probe_input_ids are re-exported here
+    ExportError,
+    ExportVerificationError,  # noqa: F401
+    check_writable,
+    make_temporary,
+    release_owner_mark,
+    remove_stale_temporaries,
+    sigterm_as_interrupt,
+)
+from .verify import PROBE_SEED, probe_input_ids, verify_export  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
 
@@ -65,16 +74,6 @@ COPIED_FILE_PATTERNS = (
     "USE_POLICY*",
 )
 """Files of the base model folder copied unchanged into the export (tokenizer, chat template, licence)."""
-
-PROBE_SEED = 0
-
-
-class ExportError(LrsError):
-    """An export that cannot be done as asked (output folder, base model, adapter)."""
-
-
-class ExportVerificationError(ExportError):
-    """The written folder, loaded in a fresh process, does not give the adapter's logits."""
 
 
 @dataclass
@@ -118,6 +117,8 @@ def _inside(path: Path, folder: Path) -> bool:
 def check_output_folder(out: Path, overwrite: bool, *, base: Path | None = None, adapter: Path | None = None) -> None:
     """Refuse an ``out`` that is non-empty (unless ``overwrite``), a file, or tangled with the inputs."""
     out = out.resolve()
+    if (why := check_writable(out, "--out")) is not None:
+        raise ExportError(why)
     if base is not None and _inside(out, base):
         raise ExportError(f"--out {out} is inside the base model folder {base}: write the export somewhere else")
     if out.exists() and not out.is_dir():
@@ -157,7 +158,7 @@ def _from_path(model: str | os.PathLike, adapter: str | os.PathLike, out: Path, 
     base_ref = resolve_model_path(model)
     base_folder = _local_dir(base_ref)
     check_output_folder(out, overwrite, base=base_folder, adapter=_local_dir(adapter))
-    config = load_lrs_config(adapter)
+    config = _checked_adapter(adapter)
     base_config = _load_base_config(base_ref)
     _check_builtin(base_config)
     check_adapter_fits(config, base_config)
@@ -184,7 +185,7 @@ def _from_model(model: PreTrainedModel, adapter: str | os.PathLike, out: Path, o
     base_ref = getattr(model.config, "_name_or_path", None) or None
     base_folder = _local_dir(base_ref)
     check_output_folder(out, overwrite, base=base_folder, adapter=_local_dir(adapter))
-    config = load_lrs_config(adapter)
+    config = _checked_adapter(adapter)
     _check_builtin(model.config)
     check_adapter_fits(config, model.config)
     trainable = {name: p.requires_grad for name, p in model.named_parameters()}
@@ -236,6 +237,36 @@ def _from_peft_model(model: PeftModel, adapter_name: str | None, out: Path, over
         adapter_ref=None,
         restore=restore,
     )
+
+
+def _checked_adapter(adapter: str | os.PathLike) -> LrsConfig:
+    """The adapter's config; a local folder is checked whole (safetensors too) before any weight is loaded."""
+    folder = _local_dir(adapter)
+    return check_adapter_folder(folder) if folder is not None else load_lrs_config(adapter)
+
+
+def check_export_options(atol: float | None, max_shard_size: int | str | None) -> int | str | None:
+    """Refuse a negative or NaN tolerance and a shard size save_pretrained cannot read, before any work; returns
+    the shard size as save_pretrained takes it (a digits-only string becomes a number of bytes)."""
+    if atol is not None and (isinstance(atol, bool) or not isinstance(atol, int | float) or not atol >= 0):
+        raise ExportError(f"--atol must be a number >= 0 (the largest logit difference accepted), got {atol!r}")
+    if atol is not None and not math.isfinite(atol):
+        raise ExportError(f"--atol must be finite, got {atol!r}: use --no-verify to skip the check")
+    if max_shard_size is None:
+        return None
+    if isinstance(max_shard_size, str) and max_shard_size.strip().isdigit():
+        max_shard_size = int(max_shard_size)
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    try:
+        size = parse_size_to_int(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size)
+    except (ValueError, TypeError) as exc:
+        raise ExportError(
+            f"--max-shard-size {max_shard_size!r} is not a size: give a number of bytes or e.g. 500MB, 5GB"
+        ) from exc
+    if size <= 0:
+        raise ExportError(f"--max-shard-size must be > 0, got {max_shard_size!r}")
+    return max_shard_size
 
 
 def _check_builtin(config: PreTrainedConfig) -> None:
@@ -356,105 +387,6 @@ def _sidecar(source: _Source, plan: ExportPlan, rope_parameters: dict, factors: 
 
 # ------------------------------------------------------------------------------------------ verification
 
-_CHILD = r"""
-import json, sys, torch
-
-class BlockRopeAdapter:  # the folder must load without rope_adapter
-    def find_spec(self, name, path=None, target=None):
-        if name == "rope_adapter" or name.startswith("rope_adapter."):
-            raise ImportError("rope_adapter is blocked while checking an exported folder")
-        return None
-
-sys.meta_path.insert(0, BlockRopeAdapter())
-from transformers import AutoModelForCausalLM
-
-folder, work = sys.argv[1], sys.argv[2]
-spec = json.load(open(f"{work}/probe.json"))
-model = AutoModelForCausalLM.from_pretrained(
-    folder, trust_remote_code=spec["trust_remote_code"], dtype=getattr(torch, spec["dtype"]),
-    attn_implementation=spec["attn_implementation"],
-).to(spec["device"]).eval()
-ids = torch.load(f"{work}/input_ids.pt").to(spec["device"])
-with torch.no_grad():
-    logits = model(input_ids=ids).logits
-torch.save(logits.cpu(), f"{work}/logits.pt")
-json.dump({"class": type(model).__name__}, open(f"{work}/result.json", "w"))
-"""
-
-
-def probe_input_ids(vocab_size: int, length: int = 64, seed: int = PROBE_SEED) -> torch.Tensor:
-    """A fixed pseudo-random ``[1, length]`` token sequence for comparing logits."""
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randint(0, vocab_size, (1, length), generator=generator)
-
-
-def verify_export(
-    folder: str | os.PathLike, model: PreTrainedModel | PeftModel, *, atol: float | None = None, probe_length: int = 64
-) -> float:
-    """Load ``folder`` in a fresh Python process (without rope_adapter) and compare its logits with ``model``'s.
-
-    ``model`` is the adapter model (a PeftModel with the LRS adapter active) the folder was exported from.
-    Returns the largest absolute difference; raises ExportVerificationError when it exceeds ``atol`` (default
-    1e-4 for float32 models, 1e-2 for half precision) or the folder does not load.
-    """
-    folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
-    base = model.get_base_model() if isinstance(model, PeftModel) else model
-    dtype = base.dtype
-    if atol is None:
-        atol = 1e-4 if dtype == torch.float32 else 1e-2
-    text = base.config.get_text_config()
-    length = min(probe_length, int(getattr(text, "max_position_embeddings", probe_length) or probe_length))
-    ids = probe_input_ids(text.vocab_size, length)
-    device = base.get_input_embeddings().weight.device
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            expected = model(input_ids=ids.to(device)).logits.float().cpu()
-    finally:
-        model.train(was_training)
-    with tempfile.TemporaryDirectory(prefix="rope-adapter-verify-") as work:
-        spec = {
-            "trust_remote_code": "auto_map" in config,
-            "dtype": str(dtype).removeprefix("torch."),
-            "attn_implementation": base.config._attn_implementation,
-            "device": str(device),
-        }
-        Path(work, "probe.json").write_text(json.dumps(spec))
-        torch.save(ids, Path(work, "input_ids.pt"))
-        env = {
-            **os.environ,
-            "HF_MODULES_CACHE": str(Path(work, "modules")),  # keep the user's module cache clean
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_VERBOSITY": "error",
-        }
-        proc = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(folder), work],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-        )
-        if proc.returncode != 0:
-            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-            raise ExportVerificationError(f"the exported folder {folder} does not load in a fresh process:\n{tail}")
-        got = torch.load(Path(work, "logits.pt")).float()
-        loaded_class = json.loads(Path(work, "result.json").read_text())["class"]
-    if got.shape != expected.shape:
-        raise ExportVerificationError(
-            f"the exported folder gives logits of shape {list(got.shape)}, the adapter {list(expected.shape)}"
-        )
-    diff = float((got - expected).abs().max())
-    if not diff <= atol:
-        raise ExportVerificationError(
-            f"the exported folder, loaded as {loaded_class} in a fresh process, does not give the adapter's "
-            f"logits: largest difference {diff:.3g} > {atol:g} on a {length}-token probe. Nothing was written; "
-            f"please report this with the base model and adapter"
-        )
-    return diff
-
-
 # ------------------------------------------------------------------------------------------------ export
 
 
@@ -492,6 +424,7 @@ def export_model(
     """
     if out is None:
         raise TypeError("export_model() needs out=, the folder to write")
+    max_shard_size = check_export_options(atol, max_shard_size)
     out = Path(out).expanduser().absolute()
     if isinstance(model_or_path, PeftModel):
         source = _from_peft_model(model_or_path, None if adapter is None else str(adapter), out, overwrite)
@@ -502,7 +435,8 @@ def export_model(
     else:
         source = _from_path(model_or_path, adapter, out, overwrite, dtype)
     try:
-        return _export(source, out, overwrite, verify, tokenizer, max_shard_size, atol, probe_length)
+        with sigterm_as_interrupt():
+            return _export(source, out, overwrite, verify, tokenizer, max_shard_size, atol, probe_length)
     finally:
         source.restore()
 
@@ -531,7 +465,9 @@ def _export(
             raise ExportError(f"these factors need custom code ({plan.reason}), but {exc}") from exc
         register_lrs_model_type(names.base_model_type)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    for stale in remove_stale_temporaries(out):
+        logger.info("removed %s, left by an earlier export that was killed", stale)
+    tmp = make_temporary(out)
     try:
         logger.info("writing %s (%s: %s)", out, plan.format, plan.reason)
         save_kwargs: dict[str, Any] = {"state_dict": _base_state_dict(base, site.rotary_name)}
@@ -550,7 +486,11 @@ def _export(
             diff = verify_export(tmp, source.peft_model, atol=atol, probe_length=probe_length)
             sidecar["verification"] = {"max_abs_diff": diff, "probe_tokens": probe_length, "dtype": str(base.dtype)}
         (tmp / SIDECAR_NAME).write_text(json.dumps(sidecar, indent=2) + "\n")
+        release_owner_mark(tmp)
         _publish(tmp, out, overwrite)
+    except OSError as exc:  # a full or read-only disk while writing
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ExportError(f"writing the export to {out} failed: {exc}; nothing was written under --out") from exc
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -32,6 +32,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .errors import LrsError
+
 REGIONS = ("beginning", "middle", "end")
 
 
@@ -41,9 +43,9 @@ REGIONS = ("beginning", "middle", "end")
 def rope_inv_freq(head_dim: int, theta: float = 10000.0) -> np.ndarray:
     """Default RoPE inverse frequencies ``theta^(-2k/d)`` for ``k = 0 .. d/2 - 1``."""
     if head_dim < 2 or head_dim % 2:
-        raise ValueError(f"head_dim must be an even number >= 2, got {head_dim}")
+        raise LrsError(f"head_dim must be an even number >= 2, got {head_dim}")
     if not theta > 1.0:
-        raise ValueError(f"theta must be > 1, got {theta}")
+        raise LrsError(f"theta must be > 1, got {theta}")
     return theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
 
 
@@ -68,10 +70,10 @@ def relative_upper_bound(
         float64 array shaped like ``distances``; ``(d/2 + 1) / 2`` at distance 0 (every ``|S_j| = j``).
     """
     if not np.isfinite(factor) or factor <= 0:
-        raise ValueError(f"factor must be finite and > 0, got {factor}")
+        raise LrsError(f"factor must be finite and > 0, got {factor}")
     freqs = rope_inv_freq(head_dim, theta) if inv_freq is None else np.asarray(inv_freq, dtype=np.float64)
     if freqs.ndim != 1 or freqs.size == 0:
-        raise ValueError("inv_freq must be a non-empty vector")
+        raise LrsError("inv_freq must be a non-empty vector")
     r = np.asarray(distances, dtype=np.float64)
     out = np.empty(r.shape, dtype=np.float64)
     flat_r, flat_out = r.reshape(-1), out.reshape(-1)
@@ -102,12 +104,12 @@ def decay_curves(
     ``bound_max`` its range, ``distances`` the bins' geometric centres.
     """
     if max_distance < 1:
-        raise ValueError(f"max_distance must be >= 1, got {max_distance}")
+        raise LrsError(f"max_distance must be >= 1, got {max_distance}")
     if not factors:
-        raise ValueError("give at least one factor")
+        raise LrsError("give at least one factor")
     labels = list(labels) if labels is not None else [f"s = {f:g}" for f in factors]
     if len(labels) != len(factors):
-        raise ValueError("one label per factor")
+        raise LrsError("one label per factor")
     data: dict[str, Any] = {"head_dim": int(head_dim), "theta": float(theta), "max_distance": int(max_distance)}
     curves = []
     if max_distance <= linear_up_to:
@@ -164,12 +166,12 @@ def eager_attention(model: nn.Module) -> Iterator[nn.Module]:
 def region_bounds(length: int, parts: int = 3, skip_first: int = 0) -> list[tuple[int, int]]:
     """``parts`` contiguous, near-equal ``[start, stop)`` spans covering tokens ``skip_first .. length - 1``."""
     if parts < 1:
-        raise ValueError(f"parts must be >= 1, got {parts}")
+        raise LrsError(f"parts must be >= 1, got {parts}")
     if skip_first < 0:
-        raise ValueError(f"skip_first must be >= 0, got {skip_first}")
+        raise LrsError(f"skip_first must be >= 0, got {skip_first}")
     usable = length - skip_first
     if usable < parts:
-        raise ValueError(f"a context of {length} tokens (first {skip_first} left out) cannot be cut into {parts}")
+        raise LrsError(f"a context of {length} tokens (first {skip_first} left out) cannot be cut into {parts}")
     edges = [skip_first + round(i * usable / parts) for i in range(parts + 1)]
     return list(zip(edges[:-1], edges[1:], strict=True))
 
@@ -184,7 +186,7 @@ def region_shares(row: torch.Tensor, length: int, parts: int = 3, skip_first: in
     kv = row.shape[-1]
     offset = length - kv
     if offset < 0:
-        raise ValueError(f"attention row over {kv} positions for a context of {length}")
+        raise LrsError(f"attention row over {kv} positions for a context of {length}")
     weights = np.zeros(length)
     weights[offset:] = row.numpy()
     shares = np.array([weights[a:b].sum() for a, b in region_bounds(length, parts, skip_first)])
@@ -216,14 +218,14 @@ def last_token_attention_shares(
     from tqdm.auto import tqdm
 
     if not sequences:
-        raise ValueError("no prompts to analyse")
+        raise LrsError("no prompts to analyse")
     hf = _hf_model(model)
     device = next(hf.parameters()).device
     total: np.ndarray | None = None
     with eager_attention(model):
         for seq in tqdm(list(sequences), desc="attention", disable=not progress):
             if len(seq) < parts + skip_first + 1:
-                raise ValueError(f"a prompt of {len(seq)} tokens is too short to cut into {parts} regions")
+                raise LrsError(f"a prompt of {len(seq)} tokens is too short to cut into {parts} regions")
             ids = torch.tensor([list(seq)], dtype=torch.long, device=device)
             prefix = model(input_ids=ids[:, :-1], use_cache=True, logits_to_keep=1)
             cache = getattr(prefix, "cache", None) or prefix.past_key_values

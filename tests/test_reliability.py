@@ -254,3 +254,10 @@ def test_exported_folder_loads_when_untouched(exported):
     config = AutoConfig.from_pretrained(exported)
     assert config.lrs_factors == [1.0, 1.2, 1.4, 1.6] and config.lrs_rotary_layout == "half"
     assert config.vocab_size == VOCAB
+
+
+def test_exported_code_uses_the_core_factor_range():
+    from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
+    from rope_adapter.standalone.config_mixin import LRS_FACTOR_RANGE
+
+    assert LRS_FACTOR_RANGE == (FACTOR_MIN, FACTOR_MAX)

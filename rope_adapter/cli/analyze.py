@@ -21,6 +21,9 @@ from rope_adapter.cli.eval import (
     add_model_arguments,
     add_task_arguments,
     chat_template_flag,
+    check_out_folder,
+    checked_device,
+    checked_model_config,
     task_kwargs,
 )
 
@@ -102,10 +105,15 @@ def _run(args: argparse.Namespace) -> int:
     if variant is not None and variant.is_base:
         raise CliError("--variant base compares the base with itself; give an adapter or another variant")
 
+    if args.head_dim is not None and (args.head_dim < 2 or args.head_dim % 2):
+        raise CliError(
+            f"--head-dim must be an even number >= 2 (the attention head size, e.g. 64), got {args.head_dim}"
+        )
+    check_out_folder(args.out)
     need_config = "attention" in parts or variant is not None or args.head_dim is None or args.theta is None
     path = config = None
     if need_config:
-        path, config = ev.load_model_config(args.model)
+        path, config = checked_model_config(args.model)
     plans = check_variants([variant], config) if variant is not None else {}
     out: Path = args.out
     report: list[str] = [f"# Analysis of {args.model}", ""]
@@ -197,7 +205,7 @@ def _attention(args: argparse.Namespace, ev: Any, path: Any, config: Any, varian
     sequences = prepared.prompt_ids
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     ev.check_context([len(s) for s in sequences], getattr(text, "max_position_embeddings", None))
-    device = ev.resolve_device(args.device)
+    device = checked_device(args.device)
     print(f"attention shares on {len(sequences)} {args.task} prompt(s); loading {args.model} ({device})")
     model, _ = ev.load_model(path, dtype=args.dtype, device=device)
     variants = [Variant("base")] + ([variant] if variant is not None else [])

@@ -162,6 +162,54 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def checked_device(name: str) -> Any:
+    """``--device`` as a torch device, or one CliError line naming the choices."""
+    from rope_adapter.search import evaluation as ev
+
+    try:
+        return ev.resolve_device(name)
+    except (RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliError(f"--device {name!r}: {first}; use cpu, cuda, cuda:N, mps or auto") from None
+
+
+def checked_model_config(model: str) -> tuple[Any, Any]:
+    """(path, config) of ``--model`` without its weights, or one CliError line."""
+    from rope_adapter.search import evaluation as ev
+
+    try:
+        return ev.load_model_config(model)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CliError(
+            f"--model {model}: no usable model config ({first}); give a model folder with a config.json, "
+            f"a Hub id or {DEFAULT_MODEL}"
+        ) from None
+
+
+def check_out_folder(out: Path) -> None:
+    """Refuse an ``--out`` that is a file or cannot be written (read-only, full) before any work."""
+    from rope_adapter.export.staging import check_writable
+
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise CliError(f"--out {out} is a file: give a folder")
+    if (why := check_writable(out, "--out")) is not None:
+        raise CliError(why)
+
+
+def _check_uniform_factors(variants: list[Any]) -> None:
+    """uniform:F must be a factor the adapter accepts (in range), checked before any variant is scored."""
+    from rope_adapter import InvalidFactorsError, validate_factors
+
+    for variant in variants:
+        if variant.uniform is not None:
+            try:
+                validate_factors(variant.uniform, 1)
+            except InvalidFactorsError as exc:
+                raise CliError(f"variant {variant.name!r}: {exc}") from None
+
+
 def chat_template_flag(choice: str, tokenizer: Any) -> bool:
     """Resolve --chat-template auto/on/off against the tokenizer."""
     has = getattr(tokenizer, "chat_template", None) is not None
@@ -251,6 +299,11 @@ def _run(args: argparse.Namespace) -> int:
     perplexity = args.task == "perplexity"
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.max_batch_tokens is not None and args.max_batch_tokens < 1:
+        raise CliError(f"--max-batch-tokens must be >= 1 (padded tokens per forward), got {args.max_batch_tokens}")
+    if args.variants is not None and not args.variants.replace(",", "").strip():
+        raise CliError("--variants is empty: give e.g. base,uniform:1.1,adapter:PATH (or leave it out for base)")
+    check_out_folder(args.out)
     scores = [s.strip() for s in args.scores.split(",") if s.strip()]
     if not perplexity:
         unknown = [s for s in scores if s not in ev.METRICS]
@@ -276,9 +329,10 @@ def _run(args: argparse.Namespace) -> int:
     else:
         variant_text = "base" + (f",adapter:{args.adapter}" if args.adapter else "")
     variants = parse_variants(variant_text)  # syntax only; the perplexity default needs the config
+    _check_uniform_factors(variants)
 
     # 2. the model's config (no weights): adapters and RoPE types are checked against it
-    path, config = ev.load_model_config(args.model)
+    path, config = checked_model_config(args.model)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     max_positions = getattr(text_config, "max_position_embeddings", None)
     if perplexity and not args.variants:
@@ -289,7 +343,7 @@ def _run(args: argparse.Namespace) -> int:
     plans = check_variants(variants, config)
     if args.reference and args.reference not in [v.name for v in variants]:
         raise CliError(f"--reference {args.reference!r} is not one of the variants {[v.name for v in variants]}")
-    device = ev.resolve_device(args.device)
+    device = checked_device(args.device)
     progress = not args.no_progress
 
     # 3. tokenizer and data (still no weights)
@@ -372,7 +426,10 @@ def _run(args: argparse.Namespace) -> int:
             settings=settings,
             prepared=prepared,
         )
-    paths = result.write(args.out, plot=not args.no_plot)
+    try:
+        paths = result.write(args.out, plot=not args.no_plot)
+    except OSError as exc:
+        raise CliError(f"the run finished but writing its results to {args.out} failed: {exc}") from None
     print_summary(result.to_dict())
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 # ---8<--- copied into generated configuration files; nothing above this line is copied
 
 LRS_ROPE_TYPE = "lrs"
-LRS_FACTOR_RANGE = (1e-3, 1e3)  # the same range rope_adapter's core accepts (factors.FACTOR_MIN, FACTOR_MAX)
+LRS_FACTOR_RANGE = (1e-3, 1e3)  # the range an LRS adapter accepts (FACTOR_MIN, FACTOR_MAX of its core)
 LRS_LAYOUTS = ("half", "interleaved")  # channel layouts of the rotary's (cos, sin): cat or repeat_interleave
 
 
