@@ -520,9 +520,8 @@ def redact_url(url: str) -> str:
 
 @contextlib.contextmanager
 def _quiet_optuna() -> Iterator[None]:
-    """Silence Optuna's per-trial INFO logs and its experimental/deprecation warnings for the calls we rely on
-    (``constraints_func`` is deprecated in Optuna 5 in favour of ``Trial.set_constraint``; heartbeats and the
-    retry callback are marked experimental)."""
+    """Silence Optuna's per-trial INFO logs and its experimental warnings for the calls we rely on (heartbeats
+    and the retry callback are marked experimental)."""
     import optuna
 
     verbosity = optuna.logging.get_verbosity()
@@ -530,8 +529,6 @@ def _quiet_optuna() -> Iterator[None]:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-            warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
-            warnings.filterwarnings("ignore", message=".*constraints_func.*")
             yield
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -896,6 +893,7 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
             else:
                 values.append(0.0)
         info["constraints"] = values
+        record_constraints(trial, worker, values)
         if not feasible or factors is None:
             info["seconds"] = time.perf_counter() - start
             trial.set_user_attr(TRIAL_ATTR, info)
@@ -1002,40 +1000,30 @@ def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start:
         trial.set_user_attr(TRIAL_ATTR, info)
         raise optuna.TrialPruned(f"same parameters as trial {prior.number}")
     worker.repeats_in_row = 0
+    record_constraints(trial, worker, earlier["constraints"])
     copied = {**earlier, **info, "eval_seconds": 0.0, "seconds": time.perf_counter() - start}
     trial.set_user_attr(TRIAL_ATTR, copied)
     return tuple(prior.values)
 
 
-def make_constraints_func(worker: Worker) -> Callable[[Any], Sequence[float]]:
-    """NSGA-II's ``constraints_func``: the values the objective stored (recomputed from the parameters for a
-    trial that has none, which only the bound constraints can then describe)."""
-    space = worker.settings.space()
-    n = len(constraint_names(worker))
-
-    def constraints_func(trial: Any) -> Sequence[float]:
-        info = trial.user_attrs.get(TRIAL_ATTR)
-        if info and "constraints" in info:
-            return list(info["constraints"])
-        _, values = worker.constraints.evaluate(space.decode(trial.params))
-        return values + [0.0] * (n - len(values))
-
-    return constraints_func
+def record_constraints(trial: Any, worker: Worker, values: Sequence[float]) -> None:
+    """Give the trial its constraint values by name (``Trial.set_constraint``), as constrained NSGA-II reads them:
+    feasible when every value is <= 0. A trial that breaks a cheap constraint gets 0 for the constraints it was
+    not evaluated on (the perplexity guard)."""
+    names = constraint_names(worker)
+    for name, value in zip(names, list(values) + [0.0] * (len(names) - len(values)), strict=True):
+        trial.set_constraint(name, float(value))
 
 
 def make_sampler(worker: Worker, existing_trials: int) -> Any:
-    """A seeded NSGA-II sampler with the worker's constraints (seed from seed, worker index, trials so far)."""
+    """A seeded NSGA-II sampler (seed from seed, worker index, trials so far); it reads each trial's constraint values
+    as the objective recorded them (:func:`record_constraints`)."""
     import optuna
 
     seed = int.from_bytes(
         hashlib.sha256(f"{worker.settings.seed}:{worker.index}:{existing_trials}".encode()).digest()[:4], "little"
     )
-    with _quiet_optuna():
-        return optuna.samplers.NSGAIISampler(
-            population_size=worker.settings.population,
-            seed=seed,
-            constraints_func=make_constraints_func(worker),
-        ), seed
+    return optuna.samplers.NSGAIISampler(population_size=worker.settings.population, seed=seed), seed
 
 
 def _complete_trials(study: Any) -> list[Any]:

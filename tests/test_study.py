@@ -309,8 +309,9 @@ def test_constraints_mark_infeasible_trials(finished):
     out_of_bounds = 0
     for t in done:
         info = t.user_attrs["lrs"]
-        stored = t.system_attrs["constraints"]  # what NSGA-II's constraints_func recorded
-        assert list(stored) == info["constraints"]
+        assert set(t.constraints) == set(names)  # what the objective recorded with Trial.set_constraint
+        stored = [t.constraints[name] for name in names]
+        assert stored == info["constraints"]
         factors = np.array(info["factors"])
         outside = factors.min() < settings.s_min - 1e-12 or factors.max() > settings.s_max + 1e-12
         out_of_bounds += outside
