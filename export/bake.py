@@ -15,10 +15,8 @@ import copy
 import fnmatch
 import json
 import logging
-import math
 import os
 import shutil
-import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,24 +28,26 @@ from peft import PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
 
 import rope_adapter
-from rope_adapter import LrsConfig, LrsError, find_rope_site, get_factors, load_lrs_config
+from rope_adapter import LrsConfig, find_rope_site, get_factors, load_lrs_config
 from rope_adapter.api import check_adapter_folder
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.standalone import (
     CodegenError,
     names_for_model,
     register_lrs_model_type,
-    unwrap_rope_parameters,
     wrap_rope_parameters,
 )
 
 from .codegen import write_code
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
+from .reading import SIDECAR_NAME, read_exported_factors  # noqa: F401 - re-exported
 from .staging import (  # ExportVerificationError and probe_input_ids are re-exported here
     ExportError,
     ExportVerificationError,  # noqa: F401
+    check_export_options,
     check_writable,
     make_temporary,
+    publish,
     release_owner_mark,
     remove_stale_temporaries,
     sigterm_as_interrupt,
@@ -56,8 +56,6 @@ from .verify import PROBE_SEED, probe_input_ids, verify_export  # noqa: F401 - r
 
 logger = logging.getLogger(__name__)
 
-SIDECAR_NAME = "lrs_export.json"
-"""Written into every exported folder: factors, base model, provenance and the verification result."""
 
 COPIED_FILE_PATTERNS = (
     "tokenizer*",
@@ -245,30 +243,6 @@ def _checked_adapter(adapter: str | os.PathLike) -> LrsConfig:
     return check_adapter_folder(folder) if folder is not None else load_lrs_config(adapter)
 
 
-def check_export_options(atol: float | None, max_shard_size: int | str | None) -> int | str | None:
-    """Refuse a negative or NaN tolerance and a shard size save_pretrained cannot read, before any work; returns
-    the shard size as save_pretrained takes it (a digits-only string becomes a number of bytes)."""
-    if atol is not None and (isinstance(atol, bool) or not isinstance(atol, int | float) or not atol >= 0):
-        raise ExportError(f"--atol must be a number >= 0 (the largest logit difference accepted), got {atol!r}")
-    if atol is not None and not math.isfinite(atol):
-        raise ExportError(f"--atol must be finite, got {atol!r}: use --no-verify to skip the check")
-    if max_shard_size is None:
-        return None
-    if isinstance(max_shard_size, str) and max_shard_size.strip().isdigit():
-        max_shard_size = int(max_shard_size)
-    from huggingface_hub.serialization._base import parse_size_to_int
-
-    try:
-        size = parse_size_to_int(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size)
-    except (ValueError, TypeError) as exc:
-        raise ExportError(
-            f"--max-shard-size {max_shard_size!r} is not a size: give a number of bytes or e.g. 500MB, 5GB"
-        ) from exc
-    if size <= 0:
-        raise ExportError(f"--max-shard-size must be > 0, got {max_shard_size!r}")
-    return max_shard_size
-
-
 def _check_builtin(config: PreTrainedConfig) -> None:
     if config.model_type.endswith("_lrs"):
         raise ExportError(
@@ -385,8 +359,6 @@ def _sidecar(source: _Source, plan: ExportPlan, rope_parameters: dict, factors: 
     }
 
 
-# ------------------------------------------------------------------------------------------ verification
-
 # ------------------------------------------------------------------------------------------------ export
 
 
@@ -487,7 +459,7 @@ def _export(
             sidecar["verification"] = {"max_abs_diff": diff, "probe_tokens": probe_length, "dtype": str(base.dtype)}
         (tmp / SIDECAR_NAME).write_text(json.dumps(sidecar, indent=2) + "\n")
         release_owner_mark(tmp)
-        _publish(tmp, out, overwrite)
+        publish(tmp, out, overwrite)
     except OSError as exc:  # a full or read-only disk while writing
         shutil.rmtree(tmp, ignore_errors=True)
         raise ExportError(f"writing the export to {out} failed: {exc}; nothing was written under --out") from exc
@@ -503,90 +475,3 @@ def _export(
         files=sorted(p.name for p in out.iterdir()),
         max_abs_diff=diff,
     )
-
-
-def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished folder into place (replacing an old one only with ``overwrite``)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private, and so are some files written through temporaries
-    for item in tmp.iterdir():
-        os.chmod(item, 0o666 & ~umask)
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:  # appeared while we were writing
-            raise ExportError(f"--out {out} was filled by someone else during the export; nothing was replaced")
-        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        if out.is_dir():
-            out.rmdir()
-        os.replace(tmp, out)
-
-
-# ---------------------------------------------------------------------------------------------- reading
-
-
-def read_exported_factors(folder: str | os.PathLike) -> dict[str, Any]:
-    """Factors, base model and provenance of a folder written by :func:`export_model` (for ``rope-adapter info``).
-
-    Reads only JSON files. Keys: kind ("exported-model"), path, format, model_type, base_model, base_model_type,
-    num_layers, head_dim, base_rope_parameters, factors, provenance, verification.
-    """
-    folder = Path(folder)
-    config_file = folder / "config.json"
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise ExportError(f"cannot read {config_file}: {exc}") from exc
-    sidecar_file = folder / SIDECAR_NAME
-    sidecar: dict[str, Any] = {}
-    if sidecar_file.is_file():
-        try:
-            sidecar = json.loads(sidecar_file.read_text())
-        except ValueError as exc:
-            raise ExportError(f"{sidecar_file} is not valid JSON ({exc})") from exc
-    if "lrs_factors" in config:
-        factors = config["lrs_factors"]
-        if sidecar.get("factors") is not None and sidecar["factors"] != factors:
-            raise ExportError(
-                f"{config_file} and {SIDECAR_NAME} disagree on the factors: the folder was edited by hand "
-                f"(the model uses config.json's lrs_factors)"
-            )
-        fmt = CUSTOM_CODE
-        base_rope = unwrap_rope_parameters(config.get("rope_parameters"))
-        base_type = config.get("lrs_base_model_type")
-        provenance = config.get("lrs_provenance")
-    elif sidecar.get("factors") is not None:
-        factors = sidecar["factors"]
-        fmt = NATIVE
-        base_rope = sidecar.get("base_rope_parameters")
-        base_type = sidecar.get("base_model_type") or config.get("model_type")
-        provenance = sidecar.get("provenance")
-    else:
-        raise ExportError(
-            f"{folder} is not a folder written by `rope-adapter export`: config.json has no lrs_factors and there "
-            f"is no {SIDECAR_NAME}"
-        )
-    try:
-        factors = rope_adapter.validate_factors(factors, len(factors))
-    except (LrsError, TypeError) as exc:
-        raise ExportError(f"{folder}: bad factors: {exc}") from exc
-    head_dim = sidecar.get("head_dim") or config.get("head_dim")
-    if head_dim is None and config.get("num_attention_heads"):
-        head_dim = config["hidden_size"] // config["num_attention_heads"]
-    return {
-        "kind": "exported-model",
-        "path": str(folder),
-        "format": fmt,
-        "model_type": config.get("model_type"),
-        "base_model": sidecar.get("base_model"),
-        "base_model_type": base_type,
-        "num_layers": len(factors),
-        "head_dim": head_dim,
-        "base_rope_parameters": base_rope,
-        "factors": factors,
-        "provenance": provenance,
-        "verification": sidecar.get("verification"),
-    }

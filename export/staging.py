@@ -1,4 +1,5 @@
-"""Where an export is built before it appears under ``out``: a hidden ``.OUT.tmp-*`` folder beside it.
+"""Where an export is built before it appears under ``out``: a hidden ``.OUT.tmp-*`` folder beside it, renamed
+into place by :func:`publish` once written and verified; also the checks made before any work.
 
 A folder left by a killed export (SIGKILL, power loss) is marked with its owner's process id; the next export to
 the same ``out`` removes it once that process is gone. SIGTERM (sent by ``timeout`` and job schedulers) is
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import signal
 import socket
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,3 +124,47 @@ def die_with_parent() -> None:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def check_export_options(atol: float | None, max_shard_size: int | str | None) -> int | str | None:
+    """Refuse a negative or NaN tolerance and a shard size save_pretrained cannot read, before any work; returns
+    the shard size as save_pretrained takes it (a digits-only string becomes a number of bytes)."""
+    if atol is not None and (isinstance(atol, bool) or not isinstance(atol, int | float) or not atol >= 0):
+        raise ExportError(f"--atol must be a number >= 0 (the largest logit difference accepted), got {atol!r}")
+    if atol is not None and not math.isfinite(atol):
+        raise ExportError(f"--atol must be finite, got {atol!r}: use --no-verify to skip the check")
+    if max_shard_size is None:
+        return None
+    if isinstance(max_shard_size, str) and max_shard_size.strip().isdigit():
+        max_shard_size = int(max_shard_size)
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    try:
+        size = parse_size_to_int(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size)
+    except (ValueError, TypeError) as exc:
+        raise ExportError(
+            f"--max-shard-size {max_shard_size!r} is not a size: give a number of bytes or e.g. 500MB, 5GB"
+        ) from exc
+    if size <= 0:
+        raise ExportError(f"--max-shard-size must be > 0, got {max_shard_size!r}")
+    return max_shard_size
+
+
+def publish(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished folder into place (replacing an old one only with ``overwrite``)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private, and so are some files written through temporaries
+    for item in tmp.iterdir():
+        os.chmod(item, 0o666 & ~umask)
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:  # appeared while we were writing
+            raise ExportError(f"--out {out} was filled by someone else during the export; nothing was replaced")
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if out.is_dir():
+            out.rmdir()
+        os.replace(tmp, out)

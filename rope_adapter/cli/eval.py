@@ -299,8 +299,12 @@ def _run(args: argparse.Namespace) -> int:
     perplexity = args.task == "perplexity"
     if args.batch_size < 1:
         raise CliError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.max_batch_tokens is not None and args.max_batch_tokens < 1:
-        raise CliError(f"--max-batch-tokens must be >= 1 (padded tokens per forward), got {args.max_batch_tokens}")
+    for flag in ("max_batch_tokens", "logprob_tokens", "max_new_tokens", "num_positions", "num_windows", "stride"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise CliError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if args.chunk_tokens < 1:
+        raise CliError(f"--chunk-tokens must be >= 1, got {args.chunk_tokens}")
     if args.variants is not None and not args.variants.replace(",", "").strip():
         raise CliError("--variants is empty: give e.g. base,uniform:1.1,adapter:PATH (or leave it out for base)")
     check_out_folder(args.out)

@@ -1,0 +1,82 @@
+"""Reading a folder written by ``rope-adapter export`` (for ``rope-adapter info``), from its JSON files only."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import rope_adapter
+from rope_adapter import LrsError
+from rope_adapter.standalone import unwrap_rope_parameters
+
+from .plan import CUSTOM_CODE, NATIVE
+from .staging import ExportError
+
+SIDECAR_NAME = "lrs_export.json"
+"""Written into every exported folder: factors, base model, provenance and the verification result."""
+
+
+def read_exported_factors(folder: str | os.PathLike) -> dict[str, Any]:
+    """Factors, base model and provenance of a folder written by :func:`export_model` (for ``rope-adapter info``).
+
+    Reads only JSON files. Keys: kind ("exported-model"), path, format, model_type, base_model, base_model_type,
+    num_layers, head_dim, base_rope_parameters, factors, provenance, verification.
+    """
+    folder = Path(folder)
+    config_file = folder / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as exc:
+        raise ExportError(f"cannot read {config_file}: {exc}") from exc
+    sidecar_file = folder / SIDECAR_NAME
+    sidecar: dict[str, Any] = {}
+    if sidecar_file.is_file():
+        try:
+            sidecar = json.loads(sidecar_file.read_text())
+        except ValueError as exc:
+            raise ExportError(f"{sidecar_file} is not valid JSON ({exc})") from exc
+    if "lrs_factors" in config:
+        factors = config["lrs_factors"]
+        if sidecar.get("factors") is not None and sidecar["factors"] != factors:
+            raise ExportError(
+                f"{config_file} and {SIDECAR_NAME} disagree on the factors: the folder was edited by hand "
+                f"(the model uses config.json's lrs_factors)"
+            )
+        fmt = CUSTOM_CODE
+        base_rope = unwrap_rope_parameters(config.get("rope_parameters"))
+        base_type = config.get("lrs_base_model_type")
+        provenance = config.get("lrs_provenance")
+    elif sidecar.get("factors") is not None:
+        factors = sidecar["factors"]
+        fmt = NATIVE
+        base_rope = sidecar.get("base_rope_parameters")
+        base_type = sidecar.get("base_model_type") or config.get("model_type")
+        provenance = sidecar.get("provenance")
+    else:
+        raise ExportError(
+            f"{folder} is not a folder written by `rope-adapter export`: config.json has no lrs_factors and there "
+            f"is no {SIDECAR_NAME}"
+        )
+    try:
+        factors = rope_adapter.validate_factors(factors, len(factors))
+    except (LrsError, TypeError) as exc:
+        raise ExportError(f"{folder}: bad factors: {exc}") from exc
+    head_dim = sidecar.get("head_dim") or config.get("head_dim")
+    if head_dim is None and config.get("num_attention_heads"):
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+    return {
+        "kind": "exported-model",
+        "path": str(folder),
+        "format": fmt,
+        "model_type": config.get("model_type"),
+        "base_model": sidecar.get("base_model"),
+        "base_model_type": base_type,
+        "num_layers": len(factors),
+        "head_dim": head_dim,
+        "base_rope_parameters": base_rope,
+        "factors": factors,
+        "provenance": provenance,
+        "verification": sidecar.get("verification"),
+    }
