@@ -18,22 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from machine_info import environment
+from machine_info import environment, timed
 
 from rope_adapter.embedded import load_default_model
 from rope_adapter.search.scoring import greedy_accuracy, prepare, token_logprobs
 from rope_adapter.search.tasks import get_task
-
-
-def timed(fn):
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
 
 
 def main() -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -41,3 +44,10 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    """(fn(), seconds it took)."""
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start

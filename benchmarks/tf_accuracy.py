@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
-from machine_info import environment
+from machine_info import environment, timed
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rope_adapter.embedded import resolve_model_path
@@ -30,12 +29,6 @@ from rope_adapter.search.scoring import greedy_accuracy, prepare, token_logprobs
 from rope_adapter.search.tasks import get_task
 
 FORMS = {"space": " ", "quote": ' "'}
-
-
-def timed(fn):
-    start = time.perf_counter()
-    value = fn()
-    return value, time.perf_counter() - start
 
 
 def main() -> None:
