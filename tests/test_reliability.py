@@ -164,6 +164,18 @@ def test_refused_from_pretrained_leaves_the_base_model_exactly_as_it_was(adapter
     assert_unchanged(base, before)
 
 
+@pytest.mark.parametrize("text", ["{not json", "", "[]", '{"peft_type": "lrs"}', "{}"])
+def test_config_peft_cannot_parse_fails_in_peft_before_any_change(adapter_dir, text):
+    (adapter_dir / "adapter_config.json").write_text(text)
+    base = tiny_model("llama")
+    before = snapshot(base)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - PEFT's own error (JSON, KeyError), raised by PEFT
+        PeftModel.from_pretrained(base, adapter_dir)
+    assert_unchanged(base, before)
+    with pytest.raises(AdapterFileError):  # ours names the file and the fix
+        rope_adapter.load_lrs_config(adapter_dir)
+
+
 @pytest.mark.parametrize("edit", [_disagreeing_factors, _another_architecture])
 def test_refused_load_adapter_leaves_the_peft_model_as_it_was(adapter_dir, tmp_path, edit):
     model = get_peft_model(tiny_model("llama"), LrsConfig(factors=1.1))
@@ -234,7 +246,9 @@ def exported(tmp_path_factory) -> Path:
     return export_model(base, work / "ad", work / "out", verify=False).path
 
 
-@pytest.mark.parametrize("bad", [[1.0, math.nan, 1.4, 1.6], [1.0, -1.2, 1.4, 1.6], [1.0, True, 1.4, 1.6], "1.2"])
+@pytest.mark.parametrize(
+    "bad", [[1.0, math.nan, 1.4, 1.6], [1.0, -1.2, 1.4, 1.6], [1.0, 1e39, 1.4, 1.6], [1.0, True, 1.4, 1.6], "1.2"]
+)
 @pytest.mark.parametrize("trust_remote_code", [False, True])
 def test_exported_config_with_edited_factors_is_refused_by_its_own_class(exported, tmp_path, bad, trust_remote_code):
     import shutil

@@ -195,6 +195,17 @@ def test_sigterm_during_export_is_handled_like_ctrl_c(base, adapter_dir, tmp_pat
     assert signal.getsignal(signal.SIGTERM) == previous
 
 
+def test_sigterm_during_cli_export_exits_130_and_leaves_nothing(model_dir, adapter_dir, tmp_path, capsys, monkeypatch):
+    def terminated_while_verifying(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM should have interrupted the export")
+
+    monkeypatch.setattr(bake, "verify_export", terminated_while_verifying)
+    assert main(_export_args(model_dir, adapter_dir, tmp_path / "out")) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
+
+
 def test_next_export_removes_the_temporaries_of_a_killed_one(base, adapter_dir, tmp_path):
     out = tmp_path / "out"
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
