@@ -251,8 +251,15 @@ class SearchSettings:
             return [u for u in DEFAULT_UNIFORM if self.s_min <= u <= self.s_max and u != 1.0]
         return [float(u) for u in self.uniform if float(u) != 1.0]
 
+    def __post_init__(self) -> None:
+        self.check()
+
     def check(self) -> None:
-        """Validate everything that needs neither data, storage nor model; raises :class:`SearchError`."""
+        """Validate everything that needs neither data, storage nor model; raises :class:`SearchError`.
+
+        Runs when the settings are made (``__post_init__``), so bad settings never reach a study or a model.
+        """
+        self._check_types()
         try:
             self.space()
             self.objective_spec()
@@ -312,6 +319,38 @@ class SearchSettings:
             )
         if not self.study or not isinstance(self.study, str):
             raise SearchError("the study name must be a non-empty string")
+        if self.position_weights is not None:
+            count = len(self.positions) if self.positions is not None else self.num_positions
+            if len(self.position_weights) != count:
+                raise SearchError(
+                    f"{len(self.position_weights)} position weights for {count} gold positions: give one weight per "
+                    "position (--position-weights W1 W2 ...)"
+                )
+
+    def _check_types(self) -> None:
+        """Numbers must be numbers: ``trials="5"`` or ``pairs=True`` is refused, naming the field."""
+        whole = ("batch_size", "max_batch_tokens", "pairs", "num_positions", "search_records", "holdout_records")
+        whole += ("data_seed", "degree", "population", "seed", "heartbeat", "workers", "ppl_windows")
+        whole += ("ppl_window_chars",)
+        optional_whole = ("trials", "threads", "k", "max_records")
+        real = ("s_min", "s_max", "margin", "worst_weight", "race_z")
+        optional_real = ("timeout", "budget", "max_step", "max_ppl_increase")
+        for name in whole + optional_whole:
+            value = getattr(self, name)
+            if value is None and name in optional_whole:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise SearchError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+        for name in real + optional_real:
+            value = getattr(self, name)
+            if value is None and name in optional_real:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise SearchError(f"{name} must be a finite number, got {value!r}")
+        for name in ("positions", "position_weights", "uniform", "race", "layer_bounds"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, str) or not isinstance(value, list | tuple)):
+                raise SearchError(f"{name} must be a list or tuple, got {value!r}")
 
 
 _DTYPES = {"auto": None, "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}

@@ -140,7 +140,6 @@ def test_bad_racing_settings_fail_before_any_work(tmp_path):
         ({"race_z": float("nan")}, "race_z"),
         ({"max_records": 0}, "max_records"),
     ):
-        settings = SearchSettings(out=str(tmp_path / "never"), **kwargs)
         with pytest.raises(SearchError, match=match):
-            settings.check()
+            SearchSettings(out=str(tmp_path / "never"), **kwargs)
     assert not (tmp_path / "never").exists()

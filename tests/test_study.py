@@ -571,3 +571,32 @@ def test_found_adapters_name_their_base_portably(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert recorded_base("models/mine") == str(tmp_path / "models" / "mine")  # absolute: works from anywhere
     assert recorded_base("org/some-model") == "org/some-model"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"trials": "5"}, "trials must be an integer, got '5'"),
+        ({"pairs": True}, "pairs must be an integer"),
+        ({"s_max": float("inf")}, "s_max must be a finite number"),
+        ({"position_weights": (1.0, 2.0)}, "2 position weights for 5 gold positions"),
+        ({"positions": (0, 4), "position_weights": (1.0, 2.0, 3.0)}, "3 position weights for 2 gold positions"),
+        ({"k": 0}, "k must be"),
+        ({"race": 0.5}, "race must be a list"),
+    ],
+)
+def test_bad_settings_are_refused_when_made(kwargs, match, tmp_path):
+    """SearchSettings validates itself in __post_init__: nothing is created, no model is loaded."""
+    with pytest.raises(SearchError, match=match):
+        SearchSettings(out=str(tmp_path / "never"), **kwargs)
+    assert not (tmp_path / "never").exists()
+
+
+def test_cli_refuses_wrong_weight_count_before_any_output(tmp_path):
+    from rope_adapter.cli import main
+
+    out = tmp_path / "never"
+    assert (
+        main(["search", "--model", str(tmp_path / "no-model"), "--position-weights", "1", "2", "--out", str(out)]) == 2
+    )
+    assert not out.exists()
