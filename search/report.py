@@ -26,7 +26,8 @@ import numpy as np
 from .objective import ObjectiveSpec
 
 if TYPE_CHECKING:
-    from .study import SearchSettings, Worker
+    from .settings import SearchSettings
+    from .worker import Worker
 
 REPORT_NAME = "search_report.json"
 SUMMARY_NAME = "search_report.md"
@@ -40,7 +41,7 @@ BOOTSTRAP_SAMPLES = 2000
 
 def trial_record(trial: Any) -> dict[str, Any]:
     """A plain dict of an Optuna trial (FrozenTrial) of this search."""
-    from .study import BASELINE_ATTR, TRIAL_ATTR
+    from .storage import BASELINE_ATTR, TRIAL_ATTR
 
     info = dict(trial.user_attrs.get(TRIAL_ATTR) or {})
     constraints = info.get("constraints")
@@ -271,7 +272,7 @@ def build_report(
     trials_this_run: int,
 ) -> dict[str, Any]:
     """Everything about the study except the held-out results (see :func:`add_holdout`)."""
-    from .study import settings_dict
+    from .settings import settings_dict
 
     spec = settings.objective_spec()
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]

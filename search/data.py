@@ -1,0 +1,107 @@
+"""The records of a search: the task object of the settings, the search/held-out split and the perplexity text."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from .settings import SearchError, SearchSettings
+from .tasks import Task, get_task, split_records
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_PERPLEXITY_TEXT = """\
+The river rises in the hills to the north of the town and runs south through a wide valley of farms and small
+woods before it reaches the sea. For most of the year it is slow and shallow, and children wade across it in the
+summer to reach the meadows on the other side. In the spring, when the snow melts in the hills, the water comes
+up quickly and covers the lower fields, and the farmers move their animals to higher ground until it goes down
+again. The old stone bridge in the middle of the town was built more than two hundred years ago, and it has
+survived every flood since then, although the road that crosses it has been repaired many times.
+
+The town itself grew up around a market where people from the surrounding villages came to sell grain, wool and
+vegetables. The market square is still there, with a fountain in the middle and a row of shops along each side,
+and on Saturdays it fills with stalls selling bread, cheese, fruit and flowers. Most of the houses are built of
+the same grey stone as the bridge, with steep roofs of dark slate, and many of them have small gardens at the
+back that run down to the water.
+
+In recent years the town has changed. A new road now passes to the east, and the traffic that once came through
+the square goes around it instead. Some of the old shops have closed, but others have opened in their place, and
+visitors come in the summer to walk along the river and to look at the bridge. The school has been enlarged, and
+a library and a small museum have been built on the site of the old mill, where the history of the valley is
+told through photographs, tools and letters that families have given to the collection.
+"""
+
+
+def build_task(settings: SearchSettings, num_records: int | None = None) -> Task:
+    """The task object of the settings (its own ``__post_init__`` validates the fields)."""
+    cls = get_task(settings.task_name)
+    names = {f.name for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    if settings.data is not None:
+        if "data_path" not in names:
+            raise SearchError(f"task {settings.task!r} generates its records and takes no data file")
+        kwargs["data_path"] = settings.data
+    if "num_pairs" in names:
+        kwargs["num_pairs"] = settings.pairs
+    if "positions" in names:
+        kwargs["positions"] = None if settings.positions is None else list(settings.positions)
+    if "num_positions" in names:
+        kwargs["num_positions"] = settings.num_positions
+    if "seed" in names:
+        kwargs["seed"] = settings.data_seed
+    if "num_records" in names and num_records is not None:
+        kwargs["num_records"] = num_records
+    unknown = sorted(set(settings.task_options) - names)
+    if unknown:
+        raise SearchError(f"task {settings.task!r} has no option(s) {unknown}; its fields are {sorted(names)}")
+    kwargs.update(settings.task_options)
+    try:
+        return cls(**kwargs)
+    except FileNotFoundError as exc:
+        raise SearchError(f"{exc}; check --data") from None
+    except (TypeError, ValueError) as exc:
+        raise SearchError(f"task {settings.task!r}: {exc}") from None
+
+
+def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
+    """The task and its search and held-out records (read or generated, then split with ``data_seed``)."""
+    needed = settings.search_records + settings.holdout_records
+    # files: read them all (the split draws from the whole file); generated: just what is needed
+    task = build_task(settings, None if settings.data is not None else needed)
+    try:
+        records = task.load_records()
+    except FileNotFoundError as exc:
+        raise SearchError(f"{exc}; check --data") from None
+    except (ValueError, OSError) as exc:
+        raise SearchError(f"cannot use the data of task {settings.task!r}: {exc}") from None
+    if len(records) < needed:
+        raise SearchError(
+            f"{len(records)} records available but {settings.search_records} search + "
+            f"{settings.holdout_records} held-out records asked for; lower --search-records/--holdout-records"
+        )
+    search, holdout = split_records(records, settings.search_records, settings.holdout_records, settings.data_seed)
+    try:
+        task.build_samples(search[:1])  # positions against the records (e.g. a position beyond the pairs)
+    except ValueError as exc:
+        raise SearchError(f"task {settings.task!r}: {exc}") from None
+    return task, search, holdout
+
+
+def perplexity_text_path(settings: SearchSettings) -> Path | None:
+    """The perplexity guard's text file (the built-in text is written into ``out`` so that it can be read)."""
+    if settings.max_ppl_increase is None:
+        return None
+    if settings.ppl_text is not None:
+        path = Path(settings.ppl_text)
+        try:
+            if not path.read_text(encoding="utf-8").strip():
+                raise SearchError(f"perplexity text {str(path)!r} is empty")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SearchError(f"cannot read perplexity text {str(path)!r}: {exc}") from None
+        return path
+    path = Path(settings.out) / "perplexity_text.txt"
+    if not path.is_file() or path.read_text(encoding="utf-8") != DEFAULT_PERPLEXITY_TEXT:
+        path.write_text(DEFAULT_PERPLEXITY_TEXT, encoding="utf-8")
+    return path

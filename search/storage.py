@@ -1,0 +1,251 @@
+"""The Optuna side of a search: the study fingerprint, the storage, creating or resuming a study with its baselines.
+
+A study is created once with its settings in ``user_attrs`` (:data:`SETTINGS_ATTR`) and its baselines
+enqueued as its first trials; a study that exists is resumed only with equal settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bezier import BezierSpace
+from .racing import stage_ends
+from .settings import SearchError, SearchSettings, redact_url
+
+logger = logging.getLogger(__name__)
+
+SETTINGS_ATTR = "rope_adapter_search"
+"""Study user attribute holding the settings a study was made with (compared when a study is resumed)."""
+TRIAL_ATTR = "lrs"
+"""Trial user attribute holding everything a trial computed (factors, scores, constraints, timing)."""
+BASELINE_ATTR = "baseline"
+"""User attribute of the enqueued baseline trials: ``"base"`` or ``"uniform"``."""
+FINGERPRINT_VERSION = 2
+
+
+def _file_identity(path: str | os.PathLike[str] | None) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    p = Path(path)
+    digest = hashlib.sha256()
+    with open(p, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"name": p.name, "sha256": digest.hexdigest()}
+
+
+def model_identity(name: str) -> Any:
+    """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
+    machines with other paths to the same model can share a study), anything else by its name."""
+    from rope_adapter.embedded import find_embedded
+
+    path = Path(name).expanduser()
+    embedded = find_embedded(name)
+    if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
+        return embedded.name
+    if path.is_dir():
+        config = path / "config.json"
+        return {"folder": path.name, "config": _file_identity(config)["sha256"] if config.is_file() else None}
+    return name
+
+
+def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
+    """The settings that define a study's trials; a study is resumed only with equal ones."""
+    ppl = None
+    if settings.max_ppl_increase is not None:
+        ppl = {
+            "text": _file_identity(settings.ppl_text) if settings.ppl_text else "built-in",
+            "max_increase": settings.max_ppl_increase,
+            "windows": settings.ppl_windows,
+            "window_chars": settings.ppl_window_chars,
+        }
+    return {
+        "version": FINGERPRINT_VERSION,
+        "model": model_identity(settings.model),
+        "tokenizer": None if settings.tokenizer is None else model_identity(settings.tokenizer),
+        "dtype": dtype,
+        "task": settings.task_name,
+        "data": _file_identity(settings.data) if settings.data else None,
+        "pairs": settings.pairs,
+        "positions": None if settings.positions is None else list(settings.positions),
+        "num_positions": settings.num_positions,
+        "task_options": json.loads(json.dumps(settings.task_options, sort_keys=True, default=str)),
+        "search_records": settings.search_records,
+        "holdout_records": settings.holdout_records,
+        "data_seed": settings.data_seed,
+        "chat_template": settings.chat_template,
+        "score": settings.score,
+        "k": settings.k,
+        "objective": settings.objective,
+        "position_weights": None if settings.position_weights is None else list(settings.position_weights),
+        "worst_weight": settings.worst_weight,
+        "space": {
+            "degree": settings.degree,
+            "x_mode": settings.x_mode,
+            "s_min": settings.s_min,
+            "s_max": settings.s_max,
+            "margin": settings.margin,
+        },
+        "layer_bounds": [str(b) for b in settings.parsed_layer_bounds()],
+        "max_step": settings.max_step,
+        "user_constraints": [
+            f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', repr(c))}" for c in settings.constraints
+        ],
+        "uniform": settings.uniform_values(),
+        "perplexity": ppl,
+        "race": {"ends": stage_ends(settings.search_records, settings.race), "z": settings.race_z},
+    }
+
+
+def _differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
+    if isinstance(stored, dict) and isinstance(current, dict):
+        out = []
+        for key in sorted(set(stored) | set(current)):
+            out += _differences(stored.get(key), current.get(key), f"{prefix}{key}.")
+        return out
+    return [] if stored == current else [f"{prefix.rstrip('.')}: {stored!r} in the study, {current!r} now"]
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    """Silence Optuna's per-trial INFO logs and its experimental warnings for the calls we rely on (heartbeats
+    and the retry callback are marked experimental)."""
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def open_storage(url: str, heartbeat: int = 30) -> Any:
+    """Connect to an Optuna RDB storage (heartbeat on, failed trials retried); :class:`SearchError` if it cannot
+    be reached. SQLite files get a 60 s lock timeout so that several local workers can share one."""
+    import optuna
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    shown = redact_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise SearchError(
+            f"storage {shown!r} is not a database URL; use sqlite:///path/study.db or "
+            "postgresql+psycopg2://user:password@host:5432/db"
+        ) from None
+    engine_kwargs: dict[str, Any] = {}
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database and database != ":memory:":
+            folder = Path(database).expanduser().resolve().parent
+            if not folder.is_dir():
+                raise SearchError(f"storage {shown!r}: the folder {str(folder)!r} does not exist")
+            if not os.access(folder, os.W_OK):
+                raise SearchError(f"storage {shown!r}: the folder {str(folder)!r} is not writable")
+        engine_kwargs["connect_args"] = {"timeout": 60}
+    elif backend in ("postgresql", "mysql"):
+        engine_kwargs["connect_args"] = {"connect_timeout": 10}
+        engine_kwargs["pool_pre_ping"] = True
+    try:
+        with _quiet_optuna():
+            retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+            if retry is not None:  # Optuna >= 4.9
+                stale = {"heartbeat_stale_trial_callback": retry(max_retry=2)}
+            else:
+                stale = {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=2)}
+            return optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, **stale
+            )
+    except (ImportError, ModuleNotFoundError) as exc:
+        hint = " (pip install 'rope-adapter[postgres]' for PostgreSQL)" if backend == "postgresql" else ""
+        raise SearchError(f"storage {shown!r} needs a database driver that is not installed: {exc}{hint}") from None
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds; one clear line for all of them
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if parsed.password:
+            first = first.replace(parsed.password, "***")
+        raise SearchError(f"cannot reach the study storage {shown!r}: {first}") from None
+
+
+def _wait_for_settings(study: Any, seconds: float = 30.0) -> dict[str, Any] | None:
+    """The settings of a study another process has just created (it writes them right after creating it)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        stored = study.user_attrs.get(SETTINGS_ATTR)
+        if stored is not None or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.5)
+
+
+def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -> bool:
+    """True when the study exists (with equal settings); :class:`SearchError` when it exists with others."""
+    import optuna
+
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        return False
+    stored = _wait_for_settings(study)
+    if stored is None:
+        raise SearchError(
+            f"study {name!r} exists in the storage but holds no rope-adapter search settings (made by another tool, "
+            "or interrupted while being created); choose another --study, or delete it with "
+            f"`optuna delete-study --study-name {name} --storage URL`"
+        )
+    diff = _differences(stored, fingerprint)
+    if diff:
+        raise SearchError(
+            f"study {name!r} exists with other settings ({'; '.join(diff)}); resume it with the same settings, "
+            "or start a new one with another --study (or --out)"
+        )
+    return True
+
+
+def baseline_params(space: BezierSpace, value: float) -> dict[str, float]:
+    """Parameters of the constant curve ``value`` (all control ys equal; even xs in free mode)."""
+    cp = np.stack([np.arange(space.degree + 1) / space.degree, np.full(space.degree + 1, float(value))], axis=1)
+    return space.encode(cp)
+
+
+def create_or_load_study(
+    storage: Any,
+    name: str,
+    directions: Sequence[str],
+    fingerprint: dict[str, Any],
+    space: BezierSpace,
+    uniform: Sequence[float],
+) -> bool:
+    """Create the study with its settings and baselines, or check the existing one. True when it was created.
+
+    Only the process that creates the study enqueues the baselines, so concurrent starters do not duplicate them.
+    """
+    import optuna
+
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=list(directions))
+    except optuna.exceptions.DuplicatedStudyError:
+        check_existing_study(storage, name, fingerprint)
+        return False
+    study.set_user_attr(SETTINGS_ATTR, fingerprint)
+    # named objective values for optuna-dashboard and study.trials_dataframe(): ObjectiveSpec.names
+    study.set_metric_names(["mean", "worst"] if len(directions) == 2 else ["fitness"])
+    if space.s_min <= 1.0 <= space.s_max:
+        study.enqueue_trial(baseline_params(space, 1.0), user_attrs={BASELINE_ATTR: "base", "uniform": 1.0})
+    for value in uniform:
+        study.enqueue_trial(baseline_params(space, value), user_attrs={BASELINE_ATTR: "uniform", "uniform": value})
+    return True

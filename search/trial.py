@@ -1,0 +1,332 @@
+"""What one search trial does and how a worker runs trials: the Optuna objective (constraints through
+``Trial.set_constraint``, the perplexity guard, racing in stages), repeated proposals, the NSGA-II sampler, the
+stopping callbacks and the loop of a worker process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .objective import (
+    perplexity_constraint,
+    position_means,
+)
+from .racing import estimated_by_position, paired_check, record_scores
+from .settings import SearchSettings
+from .storage import BASELINE_ATTR, TRIAL_ATTR, _quiet_optuna, open_storage
+from .worker import Worker, make_worker
+
+logger = logging.getLogger(__name__)
+
+
+def constraint_names(worker: Worker) -> list[str]:
+    """Names of the constraint values a trial stores."""
+    names = worker.constraints.names()
+    if worker.base_nll is not None:
+        names.append(f"perplexity increase <= {worker.settings.max_ppl_increase:g}")
+    return names
+
+
+def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
+    """The Optuna objective of a worker: factors from the trial's control points, cheap constraints first, then
+    the perplexity guard, then the task score (skipped, with ``-inf`` values, when a constraint already fails)."""
+    settings = worker.settings
+    space = settings.space()
+    spec = settings.objective_spec()
+    bounds = space.param_bounds()
+    n_values = len(spec.names)
+
+    def objective(trial: Any) -> tuple[float, ...]:
+        start = time.perf_counter()
+        params = {name: trial.suggest_float(name, low, high) for name, (low, high) in bounds.items()}
+        cp = space.decode(params)
+        factors, values = worker.constraints.evaluate(cp)
+        info: dict[str, Any] = {
+            "control_points": cp.tolist(),
+            "factors": None if factors is None else [float(f) for f in factors],
+            "worker": worker.name,
+            "evaluated": False,
+        }
+        feasible = all(v <= 0 for v in values)
+        if feasible and factors is not None:
+            prior = _scored_twin(trial, params)
+            if prior is not None:  # NSGA-II re-proposes converged parents: never pay twice for one curve
+                return _repeat(trial, worker, prior, info, start)
+            worker.repeats_in_row = 0
+        if worker.base_nll is not None:
+            if feasible and factors is not None:
+                nll = worker.evaluator.nll(factors)
+                ppl_value = perplexity_constraint(nll, worker.base_nll, settings.max_ppl_increase or 0.0)
+                info["perplexity"] = {"ppl": math.exp(nll), "base_ppl": math.exp(worker.base_nll)}
+                values.append(ppl_value)
+                feasible = ppl_value <= 0
+            else:
+                values.append(0.0)
+        info["constraints"] = values
+        record_constraints(trial, worker, values)
+        if not feasible or factors is None:
+            info["seconds"] = time.perf_counter() - start
+            trial.set_user_attr(TRIAL_ATTR, info)
+            return (-math.inf,) * n_values
+        info.update(_score_in_stages(trial, worker, factors))
+        by_position = {int(p): v for p, v in info["by_position"].items()}
+        result = spec.values(by_position)
+        info.update(evaluated=True, objectives=spec.summary(by_position), seconds=time.perf_counter() - start)
+        trial.set_user_attr(TRIAL_ATTR, info)
+        return result
+
+    return objective
+
+
+def _race_reference(study: Any, num_samples: int) -> dict[str, Any] | None:
+    """The fully scored trial with the best mean so far (its stored trial info and number), or None."""
+    best = None
+    for t in _complete_trials(study):
+        info = t.user_attrs.get(TRIAL_ATTR) or {}
+        scores = info.get("sample_scores")
+        if not info.get("evaluated") or info.get("raced_out") or scores is None or len(scores) != num_samples:
+            continue
+        if best is None or info["objectives"]["mean"] > best[1]["objectives"]["mean"]:
+            best = (t.number, info)
+    return None if best is None else {"number": best[0], **best[1]}
+
+
+def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[str, Any]:
+    """Score a trial stage by stage (racing); the trial info's score fields.
+
+    Baselines, and every trial while the study holds no fully scored one, are scored on all records.
+    """
+    settings = worker.settings
+    positions = worker.search.positions
+    reference = None
+    if len(worker.stages) > 1 and trial.user_attrs.get(BASELINE_ATTR) is None:
+        reference = _race_reference(trial.study, len(worker.search))
+    parts, checks = [], []
+    for j, stage in enumerate(worker.stages):
+        parts.append(worker.evaluator.score(factors, stage))
+        if reference is None or j == len(worker.stages) - 1:
+            continue
+        scores = np.concatenate([p.per_sample for p in parts])
+        n = worker.stage_ends[j]
+        check = paired_check(
+            record_scores(scores, worker.sample_records, n),
+            record_scores(reference["sample_scores"][: len(scores)], worker.sample_records, n),
+            settings.race_z,
+        )
+        checks.append(check.to_dict())
+        if check.stop:
+            break
+    scores = np.concatenate([p.per_sample for p in parts])
+    scored_positions = positions[: len(scores)]
+    by_position = position_means(scored_positions, scores)
+    out: dict[str, Any] = {
+        "records_scored": worker.stage_ends[len(parts) - 1],
+        "sample_scores": [round(float(x), 6) for x in scores],
+        "eval_seconds": float(sum(p.seconds for p in parts)),
+    }
+    if parts[0].exact is not None:
+        exact = np.concatenate([p.exact for p in parts]).astype(np.float64)
+        out["accuracy_by_position"] = {str(p): v for p, v in position_means(scored_positions, exact).items()}
+    if parts[0].logprob is not None:
+        logprob = np.concatenate([p.logprob for p in parts])
+        out["logprob_by_position"] = {str(p): v for p, v in position_means(scored_positions, logprob).items()}
+    if checks:
+        out["race"] = {"reference": reference["number"], "checks": checks}
+    if len(scores) < len(positions):  # stopped: estimate the whole-set means through the reference
+        reference_partial = position_means(scored_positions, np.asarray(reference["sample_scores"][: len(scores)]))
+        reference_full = {int(p): float(v) for p, v in reference["by_position"].items()}
+        by_position = estimated_by_position(by_position, reference_partial, reference_full)
+        out["raced_out"] = True
+        out["partial_by_position"] = {str(p): v for p, v in position_means(scored_positions, scores).items()}
+    out["by_position"] = {str(p): v for p, v in by_position.items()}
+    return out
+
+
+MAX_REPEATS_IN_ROW = 20
+"""A worker prunes at most this many repeated proposals in a row; then a repeat is recorded as a finished trial
+(with the earlier trial's scores) so that a converged population still makes progress towards ``trials``."""
+
+
+def _scored_twin(trial: Any, params: dict[str, float]) -> Any | None:
+    """An earlier finished, scored trial with exactly these parameters (scoring is deterministic)."""
+    import optuna
+
+    for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if other.params == params and (other.user_attrs.get(TRIAL_ATTR) or {}).get("evaluated"):
+            return other
+    return None
+
+
+def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start: float) -> tuple[float, ...]:
+    """A proposal equal to an earlier scored trial: pruned (not counted in ``trials``, no forward pass), or after
+    :data:`MAX_REPEATS_IN_ROW` such prunes, finished with the earlier trial's values."""
+    import optuna
+
+    worker.repeats_in_row += 1
+    earlier = prior.user_attrs[TRIAL_ATTR]
+    info.update(duplicate_of=prior.number, constraints=list(earlier["constraints"]))
+    if worker.repeats_in_row <= MAX_REPEATS_IN_ROW:
+        info["seconds"] = time.perf_counter() - start
+        trial.set_user_attr(TRIAL_ATTR, info)
+        raise optuna.TrialPruned(f"same parameters as trial {prior.number}")
+    worker.repeats_in_row = 0
+    record_constraints(trial, worker, earlier["constraints"])
+    copied = {**earlier, **info, "eval_seconds": 0.0, "seconds": time.perf_counter() - start}
+    trial.set_user_attr(TRIAL_ATTR, copied)
+    return tuple(prior.values)
+
+
+def record_constraints(trial: Any, worker: Worker, values: Sequence[float]) -> None:
+    """Give the trial its constraint values by name (``Trial.set_constraint``), as constrained NSGA-II reads them:
+    feasible when every value is <= 0. A trial that breaks a cheap constraint gets 0 for the constraints it was
+    not evaluated on (the perplexity guard)."""
+    names = constraint_names(worker)
+    for name, value in zip(names, list(values) + [0.0] * (len(names) - len(values)), strict=True):
+        trial.set_constraint(name, float(value))
+
+
+def make_sampler(worker: Worker, existing_trials: int) -> Any:
+    """A seeded NSGA-II sampler (seed from seed, worker index, trials so far); it reads each trial's constraint values
+    as the objective recorded them (:func:`record_constraints`)."""
+    import optuna
+
+    seed = int.from_bytes(
+        hashlib.sha256(f"{worker.settings.seed}:{worker.index}:{existing_trials}".encode()).digest()[:4], "little"
+    )
+    return optuna.samplers.NSGAIISampler(population_size=worker.settings.population, seed=seed), seed
+
+
+def _complete_trials(study: Any) -> list[Any]:
+    import optuna
+
+    return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+
+
+class _Progress:
+    """A tqdm bar over finished trials with the best scores so far (feasible, evaluated trials)."""
+
+    def __init__(self, enabled: bool, total: int | None, done: int, names: Sequence[str]) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(
+            total=total, initial=done, desc="search trials", unit="trial", disable=not enabled, file=sys.stderr
+        )
+        self.names = list(names)
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        trials = _complete_trials(study)
+        self.bar.n = len(trials)
+        best: dict[str, float] = {}
+        evaluated = 0
+        for t in trials:
+            info = t.user_attrs.get(TRIAL_ATTR) or {}
+            if not info.get("evaluated"):
+                continue
+            evaluated += 1
+            for key, value in (info.get("objectives") or {}).items():
+                best[key] = max(best.get(key, -math.inf), value)
+        postfix = {f"best {k}": f"{v:.3f}" for k, v in best.items()}
+        postfix["evaluated"] = evaluated
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def records_scored(trials: Sequence[Any]) -> int:
+    """Search records the trials scored in all (one prefix forward pass each; racing scores fewer)."""
+    return sum(int((t.user_attrs.get(TRIAL_ATTR) or {}).get("records_scored", 0)) for t in trials)
+
+
+class _RecordBudget:
+    """Stops a worker once the study's trials have scored ``limit`` search records."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        if records_scored(study.get_trials(deepcopy=False)) >= self.limit:
+            study.stop()
+
+
+class _BudgetStop:
+    """Stops a worker early enough for the held-out evaluation to fit in the whole-run budget."""
+
+    def __init__(self, deadline: float, holdout_samples: int, search_samples: int, configs: int) -> None:
+        self.deadline = deadline
+        self.ratio = configs * holdout_samples / max(1, search_samples)
+        self.costs: list[float] = []
+
+    def __call__(self, study: Any, trial: Any) -> None:
+        info = trial.user_attrs.get(TRIAL_ATTR) or {}
+        if info.get("evaluated") and "duplicate_of" not in info:
+            self.costs.append(float(info.get("seconds", 0.0)))
+        trial_cost = max(self.costs) if self.costs else 0.0
+        holdout_cost = 1.15 * float(np.median(self.costs)) * self.ratio if self.costs else 0.0  # +15 %: longer targets
+        if time.time() + trial_cost + holdout_cost > self.deadline:
+            study.stop()
+
+
+def run_worker(
+    worker: Worker, storage: Any, deadline: float | None, progress: _Progress | None = None
+) -> dict[str, Any]:
+    """Run trials until the study holds ``trials`` finished ones, the timeout passes or the budget says stop."""
+    import optuna
+
+    settings = worker.settings
+    with _quiet_optuna():
+        probe = optuna.load_study(study_name=settings.study, storage=storage)
+        existing = len(probe.get_trials(deepcopy=False))
+        sampler, seed = make_sampler(worker, existing)
+        study = optuna.load_study(study_name=settings.study, storage=storage, sampler=sampler)
+        done = len(_complete_trials(study))
+        callbacks: list[Callable] = []
+        if settings.trials is not None:
+            if done >= settings.trials:
+                return {"seed": seed, "ran": 0}
+            callbacks.append(
+                optuna.study.MaxTrialsCallback(settings.trials, states=(optuna.trial.TrialState.COMPLETE,))
+            )
+        timeout = settings.timeout
+        if deadline is not None:
+            holdout_samples = 0 if worker.holdout is None else len(worker.holdout)
+            configs = 3 * (2 if settings.holdout_accuracy and settings.score == "logprob" else 1)
+            callbacks.append(_BudgetStop(deadline, holdout_samples, len(worker.search), configs))
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                return {"seed": seed, "ran": 0}
+            timeout = remaining if timeout is None else min(timeout, remaining)
+        if settings.max_records is not None:
+            if records_scored(study.get_trials(deepcopy=False)) >= settings.max_records:
+                return {"seed": seed, "ran": 0}
+            callbacks.append(_RecordBudget(settings.max_records))
+        if progress is not None:
+            callbacks.append(progress)
+        before = done
+        study.optimize(make_objective(worker), timeout=timeout, callbacks=callbacks, catch=())
+        return {"seed": seed, "ran": len(_complete_trials(study)) - before}
+
+
+def _worker_entry(
+    settings: SearchSettings, index: int, ready: Any, go: Any, errors: Any, deadline: float | None
+) -> None:
+    """Entry point of a spawned worker process."""
+    try:
+        worker = make_worker(settings, index, with_holdout=False)
+        storage = open_storage(settings.storage_url(), settings.heartbeat)
+        ready.set()
+        go.wait()
+        run_worker(worker, storage, deadline)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        errors.put(f"worker {index}: {type(exc).__name__}: {exc}")
+        ready.set()
+        raise SystemExit(1) from None

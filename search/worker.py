@@ -1,0 +1,217 @@
+"""One process's share of a search: the model (loaded once), the tokenised samples (racing stages included) and
+the evaluator that swaps factors in place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .data import load_split, perplexity_text_path
+from .objective import (
+    Evaluator,
+    FactorConstraints,
+    truncate_targets,
+)
+from .racing import stage_ends
+from .settings import SearchError, SearchSettings
+from .tasks import Task
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` elsewhere."""
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def read_num_layers(settings: SearchSettings) -> int:
+    """Decoder layer count from the model's config (light: no weights are loaded)."""
+    from transformers import AutoConfig
+
+    from rope_adapter.embedded import resolve_model_path
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(settings.model))
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError/ValueError/HF errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SearchError(f"cannot read the config of model {settings.model!r}: {first}") from None
+    config = getattr(config, "text_config", None) or config
+    return int(config.num_hidden_layers)
+
+
+def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
+    """(model in eval mode, tokenizer). Tests replace this function to prove that bad input fails before it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rope_adapter.embedded import resolve_model_path
+
+    path = resolve_model_path(settings.model)
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if settings.device_map:
+        kwargs["device_map"] = settings.device_map
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    if not settings.device_map:
+        model.to(device)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(settings.tokenizer) if settings.tokenizer else path)
+    return model, tokenizer
+
+
+@dataclass
+class Worker:
+    """One process's share of the search: the adapted model, the tokenised samples and the objective."""
+
+    settings: SearchSettings
+    index: int
+    model: Any  # PeftModel with an LRS adapter
+    tokenizer: Any
+    task: Task
+    search: Any  # TokenizedTask (targets cut to k tokens for the log-prob score)
+    holdout: Any | None  # TokenizedTask (full targets)
+    evaluator: Evaluator
+    constraints: FactorConstraints
+    base_nll: float | None
+    device: str
+    dtype: str
+    repeats_in_row: int = 0
+    stages: list[Any] = field(default_factory=list)  # racing: the search records in stages (TokenizedTasks)
+    stage_ends: list[int] = field(default_factory=list)  # records scored after each stage
+    sample_records: list[int] = field(default_factory=list)  # record index (0..) of each search sample
+
+    @property
+    def num_layers(self) -> int:
+        return self.constraints.num_layers
+
+    @property
+    def name(self) -> str:
+        return f"{os.uname().nodename if hasattr(os, 'uname') else 'host'}:{os.getpid()}:w{self.index}"
+
+
+def recorded_base(model: str) -> str:
+    """How a found adapter names its base model: the Hub id of an embedded model (alias or converted folder), the
+    absolute path of a local folder (so that ``AutoPeftModelForCausalLM`` works from any directory), else the
+    name as given (a Hub id)."""
+    from rope_adapter.embedded import embedded_hub_id
+
+    hub_id = embedded_hub_id(model)
+    if hub_id is not None:
+        return hub_id
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def make_worker(
+    settings: SearchSettings,
+    index: int,
+    *,
+    model: Any = None,
+    tokenizer: Any = None,
+    with_holdout: bool = True,
+) -> Worker:
+    """Load (or take) the model, wrap it with an all-ones LRS adapter, tokenise the samples once."""
+    import torch
+    from peft import get_peft_model
+
+    from rope_adapter import LrsConfig
+
+    from .scoring import prepare
+    from .tasks import PerplexityTask
+
+    torch.manual_seed(settings.seed)
+    device = resolve_device(settings.device)
+    if device.startswith("cuda") and settings.workers > 1 and not settings.device_map and device == "cuda":
+        device = f"cuda:{index % max(1, torch.cuda.device_count())}"
+    dtype = resolve_dtype(settings.dtype, device)
+    if settings.threads is not None:
+        torch.set_num_threads(settings.threads)
+    elif device == "cpu" and settings.workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.workers))
+    if model is None:
+        model, tokenizer = load_model(settings, device, dtype)
+    elif tokenizer is None:
+        raise SearchError("a model object needs its tokenizer too (run_search(settings, model=..., tokenizer=...))")
+    from .variants import quiet_peft
+
+    with quiet_peft():
+        peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
+    peft_model.peft_config["default"].base_model_name_or_path = recorded_base(settings.model)
+    num_layers = int(peft_model.peft_config["default"].num_layers)
+
+    task, search_records, holdout_records = load_split(settings)
+    chat = settings.chat_template
+    search = prepare(
+        task.build_samples(search_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
+    )
+    if settings.score == "logprob":
+        search = truncate_targets(search, settings.k)
+    ends = stage_ends(len(search_records), settings.race)
+    stages = []
+    for first, last in zip([0, *ends[:-1]], ends, strict=True):
+        stage = prepare(
+            task.build_samples(search_records[first:last]),
+            tokenizer,
+            chat_template=chat,
+            generation_slack=task.generation_slack,
+        )
+        stages.append(truncate_targets(stage, settings.k) if settings.score == "logprob" else stage)
+    order = {r: i for i, r in enumerate(dict.fromkeys(s.record_id for s in search.samples))}
+    sample_records = [order[s.record_id] for s in search.samples]
+    holdout = None
+    if with_holdout and holdout_records:
+        holdout = prepare(
+            task.build_samples(holdout_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
+        )
+    ppl = None
+    ppl_path = perplexity_text_path(settings)
+    if ppl_path is not None:
+        ppl_task = PerplexityTask(
+            data_path=str(ppl_path), window_chars=settings.ppl_window_chars, num_windows=settings.ppl_windows
+        )
+        ppl = prepare(ppl_task.samples(), tokenizer)
+    evaluator = Evaluator(
+        peft_model,
+        settings.objective_spec(),
+        judge=task.is_correct if task.supports_generation else None,
+        batch_size=settings.batch_size,
+        max_batch_tokens=settings.max_batch_tokens,
+        perplexity=ppl,
+    )
+    constraints = FactorConstraints(
+        settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
+    )
+    base_nll = evaluator.nll(np.ones(num_layers)) if ppl is not None else None
+    return Worker(
+        settings,
+        index,
+        peft_model,
+        tokenizer,
+        task,
+        search,
+        holdout,
+        evaluator,
+        constraints,
+        base_nll,
+        device,
+        dtype,
+        stages=stages,
+        stage_ends=ends,
+        sample_records=sample_records,
+    )
