@@ -249,3 +249,38 @@ def create_or_load_study(
     for value in uniform:
         study.enqueue_trial(baseline_params(space, value), user_attrs={BASELINE_ATTR: "uniform", "uniform": value})
     return True
+
+
+def check_writable(out: Path) -> None:
+    """Create ``out`` (if needed) and prove a file can be written and flushed there: :class:`SearchError`
+    naming the folder otherwise (a file in the way, a read-only or full disk)."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-probe-{os.getpid()}"
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * 4096)
+            handle.flush()
+            os.fsync(handle.fileno())
+        probe.unlink()
+    except OSError as exc:
+        raise SearchError(
+            f"cannot write into the output folder {str(out)!r}: {exc.strerror or exc}; choose another --out "
+            "(a folder on a writable disk with free space)"
+        ) from None
+
+
+@contextlib.contextmanager
+def storage_errors(shown_url: str, *, during_search: bool = False) -> Iterator[None]:
+    """Turn a storage that cannot be written (full or read-only disk, lost database) into one :class:`SearchError`
+    line; during a search the finished trials are kept, so the same command resumes."""
+    import optuna
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        yield
+    except (OSError, OperationalError, optuna.exceptions.StorageInternalError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        then = " Finished trials are kept: rerun the same command to resume." if during_search else ""
+        raise SearchError(
+            f"the study storage {shown_url} cannot be written ({first}); is its disk full or read-only?{then}"
+        ) from None

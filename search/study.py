@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -53,9 +54,11 @@ from .storage import (
     _quiet_optuna,
     baseline_params,
     check_existing_study,
+    check_writable,
     create_or_load_study,
     model_identity,
     open_storage,
+    storage_errors,
     study_fingerprint,
 )
 from .trial import (
@@ -70,7 +73,16 @@ from .trial import (
     records_scored,
     run_worker,
 )
-from .worker import Worker, load_model, make_worker, read_num_layers, recorded_base, resolve_device, resolve_dtype
+from .worker import (
+    Worker,
+    check_prompt_lengths,
+    load_model,
+    make_worker,
+    read_num_layers,
+    recorded_base,
+    resolve_device,
+    resolve_dtype,
+)
 
 __all__ = [
     "BASELINE_ATTR",
@@ -147,19 +159,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     deadline = started + settings.budget if settings.budget is not None else None
     settings.check()
     out = Path(settings.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SearchError(f"cannot create the output folder {str(out)!r}: {exc}") from None
     load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
-    perplexity_text_path(settings)
-    url = settings.storage_url()
-    shown_url = redact_url(url)
-    storage = open_storage(url, settings.heartbeat)
-    device = resolve_device(settings.device)
-    dtype = resolve_dtype(settings.dtype, device)
-    fingerprint = study_fingerprint(settings, dtype)
-    check_existing_study(storage, settings.study, fingerprint)
     num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
     constraints = FactorConstraints(
         settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
@@ -168,11 +168,27 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
         constraints.check_feasible_space()
     except ValueError as exc:
         raise SearchError(str(exc)) from None
+    check_prompt_lengths(settings, model=model, tokenizer=tokenizer)
     spec = settings.objective_spec()
-    with _quiet_optuna():
-        create_or_load_study(
-            storage, settings.study, spec.directions, fingerprint, settings.space(), settings.uniform_values()
-        )
+    url = settings.storage_url()
+    shown_url = redact_url(url)
+    created = not out.exists()
+    try:  # the first writes: a failure here leaves no --out behind that this run made
+        check_writable(out)
+        perplexity_text_path(settings)
+        storage = open_storage(url, settings.heartbeat)
+        device = resolve_device(settings.device)
+        dtype = resolve_dtype(settings.dtype, device)
+        fingerprint = study_fingerprint(settings, dtype)
+        check_existing_study(storage, settings.study, fingerprint)
+        with _quiet_optuna(), storage_errors(shown_url):
+            create_or_load_study(
+                storage, settings.study, spec.directions, fingerprint, settings.space(), settings.uniform_values()
+            )
+    except SearchError:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
 
     # ---- heavy work from here on -----------------------------------------------------------------------------
     worker = make_worker(settings, 0, model=model, tokenizer=tokenizer)
@@ -202,7 +218,8 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     progress = _Progress(settings.progress, settings.trials, done_before, spec.names)
     search_started = time.time()
     try:
-        run_info = run_worker(worker, storage, deadline, progress)
+        with storage_errors(shown_url, during_search=True):
+            run_info = run_worker(worker, storage, deadline, progress)
     except BaseException:
         for process in children:
             if process.is_alive():

@@ -215,3 +215,44 @@ def make_worker(
         stage_ends=ends,
         sample_records=sample_records,
     )
+
+
+def check_prompt_lengths(settings: SearchSettings, *, model: Any = None, tokenizer: Any = None) -> None:
+    """Refuse prompts (with their answers) longer than the model's trained positions, as ``eval`` does, before a
+    study is made: only the tokenizer and the config are read."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from rope_adapter.embedded import resolve_model_path
+
+    from .tasks import apply_chat_template
+
+    try:
+        config = model.config if model is not None else AutoConfig.from_pretrained(resolve_model_path(settings.model))
+        if tokenizer is None:
+            name = settings.tokenizer or settings.model
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError/ValueError/HF errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SearchError(f"cannot read the model or tokenizer {settings.model!r}: {first}") from None
+    config = getattr(config, "text_config", None) or config
+    limit = getattr(config, "max_position_embeddings", None)
+    if not limit:
+        return
+    task, search, holdout = load_split(settings)
+    samples = task.build_samples(search + holdout)
+    if settings.chat_template:
+        try:
+            samples = apply_chat_template(samples, tokenizer)
+        except ValueError as exc:
+            raise SearchError(str(exc)) from None
+    longest, over = 0, 0
+    for sample in samples:
+        add = not sample.chat
+        n = max(len(tokenizer(sample.prompt + t, add_special_tokens=add)["input_ids"]) for t in sample.targets)
+        longest = max(longest, n)
+        over += n > limit
+    if over:
+        raise SearchError(
+            f"{over} of {len(samples)} prompts are longer ({longest} tokens at most) than the model's {limit} "
+            "positions; lower the record size (e.g. --pairs)"
+        )

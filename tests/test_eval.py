@@ -224,7 +224,7 @@ def position_result(model, tmp_path_factory):
 
 def test_position_outputs_exist_and_parse(position_result):
     result, paths, out = position_result
-    assert {p.name for p in paths.values()} == {"results.json", "results.md", "positions.png"}
+    assert {p.name for p in paths.values()} == {"results.json", "results.md", "positions.png", "results_table.json"}
     data = json.loads((out / "results.json").read_text())
     assert data["kind"] == "positions" and data["positions"] == [0, 1, 3]
     assert len(data["samples"]) == 3 * 9  # variants x samples, every sample's score kept

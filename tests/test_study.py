@@ -505,12 +505,12 @@ def test_unreachable_storage(tmp_path, model_dir, no_model_load):
 
 def test_study_with_other_settings(tmp_path, model_dir):
     run_search(small(tmp_path, model_dir, trials=1, holdout_records=1))
-    with pytest.raises(SearchError, match=r"exists with other settings \(.*pairs: 3 in the study, 4 now"):
-        run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, pairs=4))
+    with pytest.raises(SearchError, match=r"exists with other settings \(.*data_seed: 0 in the study, 1 now"):
+        run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1))
     with pytest.raises(SearchError, match="space.s_max"):
         run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, s_max=1.7))
     # another study name in the same storage is fine
-    run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, pairs=4, study="other"))
+    run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1, study="other"))
 
 
 @pytest.mark.parametrize(
@@ -600,3 +600,18 @@ def test_cli_refuses_wrong_weight_count_before_any_output(tmp_path):
         main(["search", "--model", str(tmp_path / "no-model"), "--position-weights", "1", "2", "--out", str(out)]) == 2
     )
     assert not out.exists()
+
+
+def test_prompts_longer_than_the_model_are_refused_before_any_output(tmp_path, model_dir):
+    out = tmp_path / "never"
+    with pytest.raises(SearchError, match=r"longer \(\d+ tokens at most\) than the model's \d+ positions"):
+        run_search(small(out, model_dir, pairs=60))
+    assert not out.exists()
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused(tmp_path, model_dir):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    with pytest.raises(SearchError, match="cannot write into the output folder"):
+        run_search(small(blocker / "out", model_dir))
+    assert blocker.read_text() == "in the way"
