@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -31,6 +32,9 @@ from rope_adapter.search.results_table import RESULTS_TABLE_NAME
 from .bake import SIDECAR_NAME
 from .card import CardError, read_folder, render_card
 from .card_data import FolderInfo, public_json
+
+_REPO_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
+"""NAME or ORG/NAME as the Hub spells repo ids."""
 
 __all__ = ["HubPublishError", "absolute_url", "publishable_files", "push_folder"]
 
@@ -165,6 +169,10 @@ def push_folder(
     published (checked before any network call), no token is found, the Hub is unreachable or refuses.
     """
     folder = Path(folder)
+    if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id.strip()):
+        raise HubPublishError(
+            f"repo id {repo_id!r} is not a Hub repo name: give NAME or ORG/NAME (letters, digits, '-', '_', '.')"
+        )
     try:
         info = read_folder(folder)
         render_card(info, repo_id=repo_id)  # fail on a bad folder before touching the network

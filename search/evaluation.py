@@ -91,7 +91,10 @@ def resolve_device(name: str | torch.device | None) -> torch.device:
     """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``..."""
     if name is None or str(name) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(str(name))
+    try:
+        device = torch.device(str(name))
+    except RuntimeError:
+        raise EvalError(f"unknown device {str(name)!r}; use cpu, cuda, cuda:N, mps or auto") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise EvalError(f"device {name!r} requested but CUDA is not available here; use --device cpu")
     return device
@@ -106,8 +109,9 @@ def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
     path = resolve_model_path(name_or_path)
     try:
         return path, AutoConfig.from_pretrained(path)
-    except OSError as exc:
-        raise EvalError(f"cannot read the model config of {str(name_or_path)!r}: {exc}") from exc
+    except (OSError, ValueError) as exc:  # ValueError: a config.json without a known model_type
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalError(f"cannot read the model config of {str(name_or_path)!r}: {first}") from None
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:

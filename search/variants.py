@@ -42,6 +42,7 @@ from peft import get_peft_model
 from torch import nn
 
 from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, read_adapter_factors
+from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
 """RoPE types a variant can set, by their transformers names (``ROPE_INIT_FUNCTIONS`` keys)."""
@@ -113,8 +114,10 @@ def _number(kind: str, text: str, item: str) -> float:
         value = float(text)
     except ValueError:
         raise VariantError(f"variant {item!r}: {kind} needs a number, as in {kind}:1.25, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise VariantError(f"variant {item!r}: the {kind} factor must be finite and > 0, got {text}")
+    if not math.isfinite(value) or not FACTOR_MIN <= value <= FACTOR_MAX:
+        raise VariantError(
+            f"variant {item!r}: the {kind} factor must be finite, in [{FACTOR_MIN:g}, {FACTOR_MAX:g}], got {text}"
+        )
     if kind in ROPE_TYPES and value < 1:
         raise VariantError(f"variant {item!r}: transformers' {kind} scaling needs a factor >= 1, got {text}")
     return value

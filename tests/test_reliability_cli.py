@@ -246,3 +246,27 @@ def test_verification_child_dies_with_the_export():
     finally:
         libc.prctl(36, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+
+def test_eval_api_names_a_bad_device_and_a_config_without_model_type(tmp_path):
+    with pytest.raises(ev.EvalError, match="unknown device 'tpu'; use cpu, cuda"):
+        ev.resolve_device("tpu")
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')  # no model_type: transformers raises ValueError
+    with pytest.raises(ev.EvalError, match="cannot read the model config"):
+        ev.load_model_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("spec", ["uniform:1e39", "uniform:1e-300", "linear:5000", "dynamic:nan"])
+def test_variant_factors_outside_the_core_range_are_refused_by_the_api(spec):
+    from rope_adapter.search.variants import VariantError, parse_variant
+
+    with pytest.raises(VariantError, match=r"in \[0.001, 1000\]"):
+        parse_variant(spec)
+
+
+@pytest.mark.parametrize("repo", ["", "   ", "a/b/c", "org/", "/name"])
+def test_push_names_a_bad_repo_id_before_the_token_or_the_network(adapter_dir, repo, capsys, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    assert main(["push", str(adapter_dir), "--repo", repo]) == 2
+    err = capsys.readouterr().err
+    assert "is not a Hub repo name" in err and "token" not in err
