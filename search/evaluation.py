@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from .generation import greedy_accuracy
 from .intervals import CONFIDENCE, Interval, mean_interval, paired_difference, proportion_interval
-from .scoring import TokenizedTask, greedy_accuracy, prepare, token_logprobs
+from .scoring import TokenizedTask, prepare, token_logprobs
 from .tasks import Sample, Task, get_task, split_records
 from .variants import AdapterPlan, Variant, build_variant, describe_variant
 

@@ -43,7 +43,8 @@ import torch
 import rope_adapter
 
 from .bezier import BezierSpace, factors_from_control_points
-from .scoring import TokenizedTask, TokenLogprobs, greedy_accuracy, token_logprobs
+from .generation import greedy_accuracy
+from .scoring import TokenizedTask, TokenLogprobs, token_logprobs
 
 ScoreKind = Literal["answer", "logprob", "accuracy"]
 ObjectiveKind = Literal["pareto", "weighted"]

@@ -417,7 +417,7 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
     """Score base (all ones), best uniform and found factors on the held-out records and add the comparison."""
     import time
 
-    from .scoring import select_k
+    from .k_selection import select_k
 
     if worker.holdout is None:
         report["holdout"] = None

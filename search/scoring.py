@@ -22,16 +22,15 @@ ones, in which case the merged token counts as the first target token (``Tokeniz
 False for that sample and a warning is given). A target starting at token 0 (no BOS, empty prompt, as for
 perplexity) is scored from its second token.
 
-Sliding-window models: generation groups its items by continuation length, since padding between a query and
-generated tokens would shorten a sliding window measured in cache slots.
+Greedy decoding lives in :mod:`rope_adapter.search.generation`, the choice of k in
+:mod:`rope_adapter.search.k_selection`.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +39,6 @@ import torch
 from tqdm.auto import tqdm
 
 from .tasks.base import Sample, apply_chat_template
-
-Judge = Callable[[str, Sample], bool]
-
 
 # --------------------------------------------------------------------------------------------------------------
 # prepared inputs
@@ -481,170 +477,3 @@ def gold_logprob(
 ) -> np.ndarray:
     """Per-sample mean log-prob of the first ``k`` target tokens (all when None); kwargs go to :func:`token_logprobs`."""
     return token_logprobs(model, task, **kwargs).mean(k)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# greedy generation and the benchmark rules
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class GreedyResult:
-    """Greedy answers and their judgement by the task's rule."""
-
-    samples: list[Sample]
-    predictions: list[str]
-    correct: np.ndarray  # bool, one per sample
-
-    def accuracy(self) -> float:
-        """Fraction of correct answers."""
-        return float(self.correct.mean())
-
-    def by_position(self) -> dict[int, float]:
-        """Accuracy at each gold position."""
-        return mean_by_position(self.samples, self.correct.astype(np.float64))
-
-
-@torch.inference_mode()
-def greedy_generate(
-    model: torch.nn.Module,
-    task: TokenizedTask,
-    *,
-    max_new_tokens: int | None = None,
-    batch_size: int = 4,
-    max_batch_tokens: int = 4096,
-    progress: bool = False,
-) -> list[str]:
-    """Greedy continuations of every prompt (decoded, special tokens skipped), reusing shared prefixes.
-
-    Stops a sample at an end-of-sequence token or after ``max_new_tokens`` (default: the task's, sized to its
-    longest target).
-    """
-    if task.generate_groups is None:
-        raise ValueError("these samples have prompts shorter than 2 tokens (perplexity?); they cannot be generated")
-    if task.tokenizer is None:
-        raise ValueError("the TokenizedTask has no tokenizer to decode with; build it with prepare()")
-    steps = task.max_new_tokens if max_new_tokens is None else max_new_tokens
-    if steps < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {steps}")
-    generated: list[list[int] | None] = [None] * len(task)
-    batches = _group_batches(task.generate_groups, batch_size)
-    for batch in tqdm(batches, desc="greedy", disable=not progress):
-        state = _prefix_pass(model, [task.prompt_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
-        items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
-        sizes = [len(task.prompt_ids[i]) - shared + steps for _, i, shared in items]
-        if _has_sliding_layers(state.cache):  # no padding inside continuations: chunk equal lengths together
-            chunks = []
-            for length in sorted(set(sizes)):
-                same = [(it, s) for it, s in zip(items, sizes, strict=True) if s == length]
-                chunks += _chunks([it for it, _ in same], [s for _, s in same], max_batch_tokens)
-        else:
-            chunks = _chunks(items, sizes, max_batch_tokens)
-        for chunk in chunks:
-            for i, tokens in zip(
-                [i for _, i, _ in chunk], _generate_chunk(model, task, state, chunk, steps), strict=True
-            ):
-                generated[i] = tokens
-    return [task.tokenizer.decode(g, skip_special_tokens=True) for g in generated if g is not None]
-
-
-def _generate_chunk(
-    model: torch.nn.Module, task: TokenizedTask, state: _PrefixState, chunk: Sequence[tuple[int, int, int]], steps: int
-) -> list[list[int]]:
-    conts = [task.prompt_ids[i][shared:] for _, i, shared in chunk]
-    cache, ids, mask, position_ids = _continuation_inputs(state, [row for row, _, _ in chunk], conts, task.pad_token_id)
-    device = ids.device
-    last = torch.tensor([len(c) - 1 for c in conts], device=device)
-    keep = torch.unique(last)
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True, logits_to_keep=keep
-    )
-    column = torch.searchsorted(keep, last)
-    logits = out.logits[torch.arange(len(conts), device=device), column]
-    next_pos = position_ids[:, 0] + last + 1
-    eos = torch.tensor(task.eos_token_ids, dtype=torch.long, device=device)
-    finished = torch.zeros(len(conts), dtype=torch.bool, device=device)
-    tokens: list[torch.Tensor] = []
-    cache = _cache_of(out)
-    for step in range(steps):
-        token = logits.argmax(-1)
-        tokens.append(token)
-        finished |= torch.isin(token, eos)
-        if bool(finished.all()) or step == steps - 1:
-            break
-        mask = torch.cat([mask, torch.ones((len(conts), 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(
-            input_ids=token[:, None],
-            attention_mask=mask,
-            position_ids=next_pos[:, None],
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = _cache_of(out)
-        logits = out.logits[:, -1]
-        next_pos = next_pos + 1
-    result = []
-    for row in torch.stack(tokens, dim=1).tolist():
-        cut = next((j for j, t in enumerate(row) if t in task.eos_token_ids), len(row))
-        result.append(row[:cut])
-    return result
-
-
-def greedy_accuracy(model: torch.nn.Module, task: TokenizedTask, judge: Judge, **kwargs: Any) -> GreedyResult:
-    """Greedy answers judged by ``judge(prediction, sample)`` (a task's ``is_correct``); kwargs go to
-    :func:`greedy_generate`."""
-    predictions = greedy_generate(model, task, **kwargs)
-    correct = np.array([bool(judge(p, s)) for p, s in zip(predictions, task.samples, strict=True)])
-    return GreedyResult(task.samples, predictions, correct)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# which k separates the gold positions best
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class KSelection:
-    """How well the mean log-prob of the first k target tokens separates gold positions, for k = 1..max_k."""
-
-    k: int  # the k with the largest F statistic
-    f_statistic: dict[int, float]  # one-way ANOVA F across positions
-    spread: dict[int, float]  # variance of the per-position means
-    position_means: dict[int, dict[int, float]]  # k -> {position: mean}
-
-
-def select_k(logprobs: TokenLogprobs, max_k: int = 8) -> KSelection:
-    """Choose the number of target tokens whose mean log-prob best separates the gold positions.
-
-    For each k the per-sample score is the mean log-prob of the first k target tokens (all of them for shorter
-    targets). The F statistic of a one-way ANOVA (between-position mean square over within-position mean square)
-    rewards differences between positions relative to the noise between samples; the largest F wins, ties going
-    to the smaller k. ``spread`` (the variance of the per-position means) is reported alongside.
-    """
-    if max_k < 1:
-        raise ValueError(f"max_k must be >= 1, got {max_k}")
-    positions = np.array([s.position for s in logprobs.samples])
-    levels = np.unique(positions)
-    if len(levels) < 2:
-        raise ValueError("need samples at two or more gold positions to compare them")
-    n, g = len(positions), len(levels)
-    longest = max(len(v) for v in logprobs.values)
-    f_stat, spread, means = {}, {}, {}
-    for k in range(1, min(max_k, longest) + 1):
-        scores = logprobs.mean(k)
-        group_means = np.array([scores[positions == p].mean() for p in levels])
-        counts = np.array([(positions == p).sum() for p in levels])
-        between = float((counts * (group_means - scores.mean()) ** 2).sum() / (g - 1))
-        within_ss = sum(
-            float(((scores[positions == p] - m) ** 2).sum()) for p, m in zip(levels, group_means, strict=True)
-        )
-        within = within_ss / (n - g) if n > g else 0.0
-        if within > 0:
-            f_stat[k] = between / within
-        else:
-            f_stat[k] = math.inf if between > 0 else 0.0
-        spread[k] = float(group_means.var())
-        means[k] = {int(p): float(m) for p, m in zip(levels, group_means, strict=True)}
-    best = max(f_stat, key=lambda k: (f_stat[k], -k))
-    return KSelection(k=best, f_statistic=f_stat, spread=spread, position_means=means)

@@ -8,7 +8,8 @@ from peft import get_peft_model
 
 import rope_adapter
 from rope_adapter import LrsConfig
-from rope_adapter.search.scoring import greedy_accuracy, prepare, token_logprobs
+from rope_adapter.search.generation import greedy_accuracy
+from rope_adapter.search.scoring import prepare, token_logprobs
 from rope_adapter.search.tasks import KVRetrievalTask
 
 pytestmark = pytest.mark.integration
