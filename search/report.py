@@ -1,8 +1,8 @@
 """The search report: every trial, the Pareto front, the baselines, the chosen trial and the held-out comparison.
 
-Pure functions over trial records (plain dicts), plus :func:`add_holdout`, which scores the base model, the best
-uniform factor and the found factors on the held-out records, and :func:`write_outputs`, which writes
-``search_report.json``, ``search_report.md`` and the figures.
+Pure functions over trial records (plain dicts), and :func:`write_outputs`, which writes ``search_report.json``,
+``search_report.md`` (:mod:`rope_adapter.search.report_md`) and the figures. The held-out scoring, which runs the
+model, is :func:`rope_adapter.search.holdout.add_holdout`.
 
 Held-out statistics are paired (every configuration is scored on the same samples):
 
@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .objective import ObjectiveSpec
+from .paired import paired_difference
+from .report_md import markdown_summary
 
 if TYPE_CHECKING:
     from .settings import SearchSettings
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
 
 REPORT_NAME = "search_report.json"
 SUMMARY_NAME = "search_report.md"
-BOOTSTRAP_SAMPLES = 2000
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -173,71 +174,6 @@ def search_set_warning(
 # --------------------------------------------------------------------------------------------------------------
 # paired statistics
 # --------------------------------------------------------------------------------------------------------------
-
-
-def _se(values: np.ndarray) -> float | None:
-    return float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None
-
-
-def paired_difference(
-    a: np.ndarray,
-    b: np.ndarray,
-    positions: np.ndarray,
-    record_ids: Sequence[str],
-    seed: int = 0,
-) -> dict[str, Any]:
-    """``a - b`` per position, for the mean over positions and for the worst position (see the module docstring)."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    positions = np.asarray(positions)
-    diff = a - b
-    levels = np.unique(positions)
-    by_position = {}
-    for p in levels:
-        d = diff[positions == p]
-        by_position[str(int(p))] = {"diff": float(d.mean()), "se": _se(d), "n": int(len(d))}
-    records = list(dict.fromkeys(record_ids))
-    index = {r: i for i, r in enumerate(records)}
-    rows = np.array([index[r] for r in record_ids])
-    # per record and position (records missing a position are skipped by nanmean)
-    grid_a = np.full((len(records), len(levels)), np.nan)
-    grid_b = np.full((len(records), len(levels)), np.nan)
-    cols = np.searchsorted(levels, positions)
-    grid_a[rows, cols] = a
-    grid_b[rows, cols] = b
-    record_diff = np.nanmean(grid_a, axis=1) - np.nanmean(grid_b, axis=1)
-    worst = float(np.nanmin(np.nanmean(grid_a, axis=0)) - np.nanmin(np.nanmean(grid_b, axis=0)))
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(BOOTSTRAP_SAMPLES if len(records) > 1 else 0):
-        pick = rng.integers(0, len(records), len(records))
-        with np.errstate(all="ignore"), _ignore_nan_warnings():
-            boots.append(np.nanmin(np.nanmean(grid_a[pick], axis=0)) - np.nanmin(np.nanmean(grid_b[pick], axis=0)))
-    boots_arr = np.array([x for x in boots if np.isfinite(x)])
-    return {
-        "by_position": by_position,
-        "mean": {"diff": float(record_diff.mean()), "se": _se(record_diff), "n_records": len(records)},
-        "worst": {"diff": worst, "se_bootstrap": float(boots_arr.std(ddof=1)) if len(boots_arr) > 1 else None},
-    }
-
-
-class _ignore_nan_warnings:
-    def __enter__(self) -> None:
-        import warnings
-
-        self._ctx = warnings.catch_warnings()
-        self._ctx.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc: object) -> None:
-        self._ctx.__exit__(*exc)
-
-
-def describe_difference(name: str, d: Mapping[str, Any]) -> str:
-    """``"found - base: +0.052 ± 0.021 (2.5 SE)"``."""
-    se = d.get("se")
-    if se is None or se == 0:
-        return f"{name}: {d['diff']:+.4f}"
-    return f"{name}: {d['diff']:+.4f} ± {se:.4f} ({d['diff'] / se:+.1f} SE)"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -413,148 +349,6 @@ def task_summary(settings: SearchSettings, worker: Worker) -> dict[str, Any]:
     }
 
 
-def add_holdout(report: dict[str, Any], worker: Worker) -> None:
-    """Score base (all ones), best uniform and found factors on the held-out records and add the comparison."""
-    import time
-
-    from .k_selection import select_k
-
-    if worker.holdout is None:
-        report["holdout"] = None
-        return
-    start = time.time()
-    settings = worker.settings
-    layers = worker.num_layers
-    configs: dict[str, list[float]] = {"base": [1.0] * layers}
-    best_uniform = report["baselines"]["best_uniform"]
-    if best_uniform is not None:
-        configs["best_uniform"] = [float(best_uniform["uniform"])] * layers
-    configs["found"] = list(report["chosen"]["factors"])
-    task = worker.holdout
-    positions = task.positions
-    ids = [s.record_id for s in task.samples]
-    scores: dict[str, np.ndarray] = {}
-    accuracy: dict[str, np.ndarray] = {}
-    tf_accuracy: dict[str, np.ndarray] = {}  # teacher-forced exact match (greedy's verdict without decoding)
-    whole: dict[str, np.ndarray] = {}  # mean log-prob over every answer token (when the score keeps only k)
-    out: dict[str, Any] = {
-        "records": len(set(ids)),
-        "samples": len(task),
-        "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
-        "score": settings.score,
-        "k": settings.k if settings.score == "logprob" else None,
-        "configs": {},
-    }
-    for name, factors in configs.items():
-        scored = worker.evaluator.score(factors, task, keep_logprobs=True)
-        scores[name] = scored.per_sample
-        entry = {
-            "factors": factors,
-            "by_position": {str(p): v for p, v in scored.by_position.items()},
-            "mean": float(np.mean(list(scored.by_position.values()))),
-            "worst": float(np.min(list(scored.by_position.values()))),
-            "seconds": scored.seconds,
-        }
-        if name == "best_uniform":
-            entry["uniform"] = best_uniform["uniform"]
-        if name == "found":
-            entry["trial"] = report["chosen"]["number"]
-        if scored.logprobs is not None:
-            whole[name] = scored.logprobs.mean(None)
-            entry["mean_logprob_all_answer_tokens"] = position_dict(positions, whole[name])
-            tf_accuracy[name] = scored.logprobs.exact().astype(np.float64)
-            entry["tf_accuracy_by_position"] = position_dict(positions, tf_accuracy[name])
-            entry["tf_accuracy"] = float(tf_accuracy[name].mean())
-            if name == "base":
-                selection = select_k(scored.logprobs, max_k=8)
-                out["k_selection"] = {
-                    "best_k": selection.k,
-                    "f_statistic": {str(k): v for k, v in selection.f_statistic.items()},
-                    "position_means": {
-                        str(k): {str(p): m for p, m in v.items()} for k, v in selection.position_means.items()
-                    },
-                }
-        if settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation:
-            acc = worker.evaluator.accuracy(factors, task, worker.task.is_correct)
-            accuracy[name] = acc.per_sample
-            entry["accuracy_by_position"] = {str(p): v for p, v in acc.by_position.items()}
-        if worker.base_nll is not None:
-            entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
-        out["configs"][name] = entry
-    differences = {}
-    for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
-        if a in scores and b in scores:
-            differences[f"{a}-{b}"] = paired_difference(scores[a], scores[b], positions, ids, settings.seed)
-            if a in accuracy and b in accuracy:
-                differences[f"{a}-{b}"]["accuracy"] = paired_difference(
-                    accuracy[a], accuracy[b], positions, ids, settings.seed
-                )
-            if a in tf_accuracy and b in tf_accuracy:
-                differences[f"{a}-{b}"]["tf_accuracy"] = paired_difference(
-                    tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
-                )
-            score_is_whole_logprob = settings.score == "logprob" and out["k"] is None
-            if a in whole and b in whole and not score_is_whole_logprob:
-                # the first-k score can rise while copying the rest of the answer gets worse: check it here
-                differences[f"{a}-{b}"]["whole_answer"] = paired_difference(
-                    whole[a], whole[b], positions, ids, settings.seed
-                )
-    out["differences"] = differences
-    out["verdict"] = holdout_verdict(out)
-    out["seconds"] = time.time() - start
-    report["holdout"] = out
-
-
-def position_dict(positions: np.ndarray, values: np.ndarray) -> dict[str, float]:
-    """``{str(position): mean}``."""
-    return {str(int(p)): float(values[positions == p].mean()) for p in np.unique(positions)}
-
-
-def holdout_verdict(holdout: Mapping[str, Any]) -> str:
-    """One honest sentence about the held-out mean: does the found curve beat base and best uniform?"""
-    diffs = holdout["differences"]
-    parts = []
-    for key, label in (("found-base", "the unscaled model"), ("found-best_uniform", "the best uniform factor")):
-        if key not in diffs:
-            continue
-        d = diffs[key]["mean"]
-        se = d["se"] or 0.0
-        if se > 0 and d["diff"] > 2 * se:
-            word = "beat"
-        elif se > 0 and d["diff"] < -2 * se:
-            word = "are worse than"
-        elif d["diff"] > 0:
-            word = "are ahead of, but within 2 SE of,"
-        elif d["diff"] < 0:
-            word = "are behind, but within 2 SE of,"
-        else:
-            word = "equal"
-        parts.append(f"{word} {label} ({describe_difference('diff', d).split(': ', 1)[1]})")
-    if not parts:
-        return "no comparison"
-    text = "On the held-out records the found factors " + " and ".join(parts) + " in mean score over positions."
-    acc = diffs.get("found-base", {}).get("tf_accuracy")
-    if acc is not None:
-        lead = [f"accuracy (teacher-forced) found - base {describe_difference('d', acc['mean']).split(': ', 1)[1]}"]
-        acc_u = diffs.get("found-best_uniform", {}).get("tf_accuracy")
-        if acc_u is not None:
-            lead.append(f"found - best uniform {describe_difference('d', acc_u['mean']).split(': ', 1)[1]}")
-        text = "Held-out " + "; ".join(lead) + ". " + text
-    whole = diffs.get("found-base", {}).get("whole_answer")
-    if whole is not None:
-        d = whole["mean"]
-        se = d["se"] or 0.0
-        detail = describe_difference("diff", d).split(": ", 1)[1]
-        if se > 0 and d["diff"] < -2 * se:
-            text += (
-                f" Warning: over the whole answer (every token, not the first {holdout['k']}) they are worse than "
-                f"the unscaled model ({detail}): the score's gain does not carry to the full answer."
-            )
-        else:
-            text += f" Over the whole answer (every token) against the unscaled model: {detail}."
-    return text
-
-
 def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
     """The adapter's provenance: curve, study, task and scores."""
     settings = report["settings"]
@@ -649,152 +443,3 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
             if (out / name).is_file():
                 shutil.copyfile(out / name, adapter / name)
     return path
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def _found_label(chosen: Mapping[str, Any] | None) -> str:
-    if chosen is None:
-        return "found (–)"
-    if chosen.get("baseline"):
-        return f"found (trial {chosen['number']}: a baseline, since no searched curve was scored)"
-    return f"found (trial {chosen['number']})"
-
-
-def markdown_summary(report: Mapping[str, Any]) -> str:
-    """A short human-readable summary of the report."""
-    s = report["settings"]
-    study = report["study"]
-    timing = report["timing"]
-    task = report["task"]
-    lines = [
-        f"# Search report: {report['model']['name']} ({report['model']['num_layers']} layers)",
-        "",
-        f"- task: {task['name']} ({task['data']}), positions {task['positions']}, score {task['score']}"
-        + (f" (mean log-prob of the first {task['k']} answer tokens)" if task["k"] else "")
-        + f", {task['search_records']} search / {task['holdout_records']} held-out records",
-        f"- space: Bezier degree {s['degree']} ({s['x_mode']} xs), factors in [{s['s_min']}, {s['s_max']}]"
-        + (f", layer bounds {s['layer_bounds']}" if s["layer_bounds"] else "")
-        + (f", max step {s['max_step']}" if s["max_step"] is not None else "")
-        + (f", perplexity guard +{s['max_ppl_increase']:.0%}" if s["max_ppl_increase"] is not None else ""),
-        f"- study `{study['name']}` in `{study['storage']}`: {study['complete']} finished trials "
-        f"({study['evaluated']} scored, {study['infeasible']} infeasible and not scored, {study['failed']} failed; "
-        f"{study.get('repeats_pruned', 0)} repeated proposals pruned without scoring), "
-        f"{study['sampler']}, seed {study['seed']}, {s['workers']} worker(s) on {timing['device']} ({timing['dtype']})",
-        f"- throughput: {_fmt(timing['trials_per_minute_this_run'], 2)} trials/min this run "
-        f"({timing['trials_this_run']} trials in {timing['search_seconds_this_run']:.0f} s), "
-        f"{_fmt(timing['evaluated_trials_per_minute_study'], 2)} scored trials/min over the study; "
-        f"{_fmt(timing['median_eval_seconds'], 1)} s per scored trial = "
-        f"{_fmt(timing['seconds_per_scored_sample'], 2)} s per scored sample "
-        f"({timing['search_samples']} samples, tokens per trial {timing['tokens_per_trial']})",
-        "",
-    ]
-    chosen = report.get("chosen")
-    base = report["baselines"]["base"]
-    uniform = report["baselines"]["best_uniform"]
-    positions = [str(p) for p in task["positions"]]
-    lines += [
-        "## Search set",
-        "",
-        "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
-    ]
-    lines.append("|---" * (len(positions) + 3) + "|")
-    for label, rec in (
-        ("base (all 1)", base),
-        (f"best uniform ({uniform['uniform'] if uniform else '–'})", uniform),
-        (_found_label(chosen), chosen),
-    ):
-        if rec is None or not rec.get("by_position"):
-            continue
-        bp = rec["by_position"]
-        obj = rec["objectives"] or {}
-        lines.append(
-            f"| {label} | "
-            + " | ".join(_fmt(bp.get(p)) for p in positions)
-            + f" | {_fmt(obj.get('mean'))} | {_fmt(obj.get('worst'))} |"
-        )
-    if chosen is not None and chosen.get("warning"):
-        lines += ["", f"**Warning:** {chosen['warning']}"]
-    holdout = report.get("holdout")
-    if holdout:
-        lines += ["", f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)", ""]
-        if any("tf_accuracy_by_position" in c for c in holdout["configs"].values()):
-            lines += [
-                "Accuracy (teacher-forced: every answer token is the model's argmax, i.e. greedy decoding writes "
-                "the answer):",
-                "",
-                "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean |",
-                "|---" * (len(positions) + 2) + "|",
-            ]
-            for name, cfg in holdout["configs"].items():
-                if "tf_accuracy_by_position" in cfg:
-                    acc = cfg["tf_accuracy_by_position"]
-                    lines.append(
-                        f"| {name} | "
-                        + " | ".join(_fmt(acc.get(p), 2) for p in positions)
-                        + f" | {cfg['tf_accuracy']:.3f} |"
-                    )
-            rows = [(k, d["tf_accuracy"]) for k, d in holdout["differences"].items() if d.get("tf_accuracy")]
-            for label, d in rows:
-                cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
-                lines.append(
-                    f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} |"
-                )
-            lines += ["", f"Score ({holdout['score']}):", ""]
-        lines += [
-            "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
-            "|---" * (len(positions) + 3) + "|",
-        ]
-        for name, cfg in holdout["configs"].items():
-            label = {
-                "base": "base (all 1)",
-                "best_uniform": f"best uniform ({cfg.get('uniform')})",
-                "found": _found_label(chosen),
-            }[name]
-            bp = cfg["by_position"]
-            lines.append(
-                f"| {label} | "
-                + " | ".join(_fmt(bp.get(p)) for p in positions)
-                + f" | {_fmt(cfg['mean'])} | {_fmt(cfg['worst'])} |"
-            )
-        lines += [
-            "",
-            "Paired differences (± standard error; mean over positions paired by record, worst position with a bootstrap SE):",
-            "",
-        ]
-        lines.append("| difference | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |")
-        lines.append("|---" * (len(positions) + 3) + "|")
-        rows = [(key, d) for key, d in holdout["differences"].items()]
-        rows += [(f"{key}, whole answer", d["whole_answer"]) for key, d in rows if d.get("whole_answer")]
-        for label, d in rows:
-            cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
-            w = d["worst"]
-            lines.append(
-                f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
-                f"{w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
-            )
-        if any("accuracy_by_position" in c for c in holdout["configs"].values()):
-            lines += ["", "Greedy accuracy (the benchmark's rule):", ""]
-            for name, cfg in holdout["configs"].items():
-                if "accuracy_by_position" in cfg:
-                    acc = cfg["accuracy_by_position"]
-                    lines.append(
-                        f"- {name}: " + ", ".join(f"pos {p}: {acc.get(p, float('nan')):.2f}" for p in positions)
-                    )
-        if "k_selection" in holdout:
-            ks = holdout["k_selection"]
-            lines += [
-                "",
-                f"Which k separates the positions best (one-way ANOVA F on the base model): k = {ks['best_k']} "
-                f"(F by k: {', '.join(f'{k}: {v:.1f}' for k, v in ks['f_statistic'].items())}).",
-            ]
-        lines += ["", f"**{holdout['verdict']}**", ""]
-    if chosen is not None:
-        lines += ["## Found factors", "", "`" + " ".join(f"{f:.3f}" for f in chosen["factors"]) + "`", ""]
-    return "\n".join(lines) + "\n"

@@ -154,6 +154,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
         SearchError: bad input (before any heavy work).
     """
     from . import report as report_mod
+    from .holdout import add_holdout
 
     started = time.time()
     deadline = started + settings.budget if settings.budget is not None else None
@@ -255,7 +256,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     adapter_dir = None
     chosen = report.get("chosen")
     if chosen is not None:
-        report_mod.add_holdout(report, worker)
+        add_holdout(report, worker)
         adapter_dir = out / "adapter"
         save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)
     report["study"]["worker_errors"] = failures

@@ -23,6 +23,7 @@ from tiny_models import byte_tokenizer, tiny_model
 from rope_adapter.search import SearchError, SearchSettings, run_search
 from rope_adapter.search import study as study_mod
 from rope_adapter.search.bezier import BezierSpace
+from rope_adapter.search.holdout import holdout_verdict
 from rope_adapter.search.objective import (
     FactorConstraints,
     LayerBound,
@@ -31,13 +32,8 @@ from rope_adapter.search.objective import (
     position_means,
     truncate_targets,
 )
-from rope_adapter.search.report import (
-    choose,
-    holdout_verdict,
-    paired_difference,
-    pareto_front,
-    search_set_warning,
-)
+from rope_adapter.search.paired import paired_difference
+from rope_adapter.search.report import choose, pareto_front, search_set_warning
 from rope_adapter.search.scoring import prepare, token_logprobs
 from rope_adapter.search.tasks import KVRetrievalTask
 

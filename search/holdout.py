@@ -1,0 +1,159 @@
+"""The search's held-out step: score the base model, the best uniform factor and the found factors on the
+held-out records (the model runs here, not in the report) and judge the comparison in one sentence.
+
+Statistics are paired (every configuration is scored on the same samples), see :mod:`rope_adapter.search.paired`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+from .k_selection import select_k
+from .paired import describe_difference, paired_difference
+
+
+def add_holdout(report: dict[str, Any], worker: Worker) -> None:
+    """Score base (all ones), best uniform and found factors on the held-out records and add the comparison."""
+
+    if worker.holdout is None:
+        report["holdout"] = None
+        return
+    start = time.time()
+    settings = worker.settings
+    layers = worker.num_layers
+    configs: dict[str, list[float]] = {"base": [1.0] * layers}
+    best_uniform = report["baselines"]["best_uniform"]
+    if best_uniform is not None:
+        configs["best_uniform"] = [float(best_uniform["uniform"])] * layers
+    configs["found"] = list(report["chosen"]["factors"])
+    task = worker.holdout
+    positions = task.positions
+    ids = [s.record_id for s in task.samples]
+    scores: dict[str, np.ndarray] = {}
+    accuracy: dict[str, np.ndarray] = {}
+    tf_accuracy: dict[str, np.ndarray] = {}  # teacher-forced exact match (greedy's verdict without decoding)
+    whole: dict[str, np.ndarray] = {}  # mean log-prob over every answer token (when the score keeps only k)
+    out: dict[str, Any] = {
+        "records": len(set(ids)),
+        "samples": len(task),
+        "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
+        "score": settings.score,
+        "k": settings.k if settings.score == "logprob" else None,
+        "configs": {},
+    }
+    for name, factors in configs.items():
+        scored = worker.evaluator.score(factors, task, keep_logprobs=True)
+        scores[name] = scored.per_sample
+        entry = {
+            "factors": factors,
+            "by_position": {str(p): v for p, v in scored.by_position.items()},
+            "mean": float(np.mean(list(scored.by_position.values()))),
+            "worst": float(np.min(list(scored.by_position.values()))),
+            "seconds": scored.seconds,
+        }
+        if name == "best_uniform":
+            entry["uniform"] = best_uniform["uniform"]
+        if name == "found":
+            entry["trial"] = report["chosen"]["number"]
+        if scored.logprobs is not None:
+            whole[name] = scored.logprobs.mean(None)
+            entry["mean_logprob_all_answer_tokens"] = position_dict(positions, whole[name])
+            tf_accuracy[name] = scored.logprobs.exact().astype(np.float64)
+            entry["tf_accuracy_by_position"] = position_dict(positions, tf_accuracy[name])
+            entry["tf_accuracy"] = float(tf_accuracy[name].mean())
+            if name == "base":
+                selection = select_k(scored.logprobs, max_k=8)
+                out["k_selection"] = {
+                    "best_k": selection.k,
+                    "f_statistic": {str(k): v for k, v in selection.f_statistic.items()},
+                    "position_means": {
+                        str(k): {str(p): m for p, m in v.items()} for k, v in selection.position_means.items()
+                    },
+                }
+        if settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation:
+            acc = worker.evaluator.accuracy(factors, task, worker.task.is_correct)
+            accuracy[name] = acc.per_sample
+            entry["accuracy_by_position"] = {str(p): v for p, v in acc.by_position.items()}
+        if worker.base_nll is not None:
+            entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
+        out["configs"][name] = entry
+    differences = {}
+    for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
+        if a in scores and b in scores:
+            differences[f"{a}-{b}"] = paired_difference(scores[a], scores[b], positions, ids, settings.seed)
+            if a in accuracy and b in accuracy:
+                differences[f"{a}-{b}"]["accuracy"] = paired_difference(
+                    accuracy[a], accuracy[b], positions, ids, settings.seed
+                )
+            if a in tf_accuracy and b in tf_accuracy:
+                differences[f"{a}-{b}"]["tf_accuracy"] = paired_difference(
+                    tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
+                )
+            score_is_whole_logprob = settings.score == "logprob" and out["k"] is None
+            if a in whole and b in whole and not score_is_whole_logprob:
+                # the first-k score can rise while copying the rest of the answer gets worse: check it here
+                differences[f"{a}-{b}"]["whole_answer"] = paired_difference(
+                    whole[a], whole[b], positions, ids, settings.seed
+                )
+    out["differences"] = differences
+    out["verdict"] = holdout_verdict(out)
+    out["seconds"] = time.time() - start
+    report["holdout"] = out
+
+
+def position_dict(positions: np.ndarray, values: np.ndarray) -> dict[str, float]:
+    """``{str(position): mean}``."""
+    return {str(int(p)): float(values[positions == p].mean()) for p in np.unique(positions)}
+
+
+def holdout_verdict(holdout: Mapping[str, Any]) -> str:
+    """One honest sentence about the held-out mean: does the found curve beat base and best uniform?"""
+    diffs = holdout["differences"]
+    parts = []
+    for key, label in (("found-base", "the unscaled model"), ("found-best_uniform", "the best uniform factor")):
+        if key not in diffs:
+            continue
+        d = diffs[key]["mean"]
+        se = d["se"] or 0.0
+        if se > 0 and d["diff"] > 2 * se:
+            word = "beat"
+        elif se > 0 and d["diff"] < -2 * se:
+            word = "are worse than"
+        elif d["diff"] > 0:
+            word = "are ahead of, but within 2 SE of,"
+        elif d["diff"] < 0:
+            word = "are behind, but within 2 SE of,"
+        else:
+            word = "equal"
+        parts.append(f"{word} {label} ({describe_difference('diff', d).split(': ', 1)[1]})")
+    if not parts:
+        return "no comparison"
+    text = "On the held-out records the found factors " + " and ".join(parts) + " in mean score over positions."
+    acc = diffs.get("found-base", {}).get("tf_accuracy")
+    if acc is not None:
+        lead = [f"accuracy (teacher-forced) found - base {describe_difference('d', acc['mean']).split(': ', 1)[1]}"]
+        acc_u = diffs.get("found-best_uniform", {}).get("tf_accuracy")
+        if acc_u is not None:
+            lead.append(f"found - best uniform {describe_difference('d', acc_u['mean']).split(': ', 1)[1]}")
+        text = "Held-out " + "; ".join(lead) + ". " + text
+    whole = diffs.get("found-base", {}).get("whole_answer")
+    if whole is not None:
+        d = whole["mean"]
+        se = d["se"] or 0.0
+        detail = describe_difference("diff", d).split(": ", 1)[1]
+        if se > 0 and d["diff"] < -2 * se:
+            text += (
+                f" Warning: over the whole answer (every token, not the first {holdout['k']}) they are worse than "
+                f"the unscaled model ({detail}): the score's gain does not carry to the full answer."
+            )
+        else:
+            text += f" Over the whole answer (every token) against the unscaled model: {detail}."
+    return text

@@ -1,0 +1,158 @@
+"""The search report as Markdown (``search_report.md``): settings, search set, held-out tables and the verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _found_label(chosen: Mapping[str, Any] | None) -> str:
+    if chosen is None:
+        return "found (–)"
+    if chosen.get("baseline"):
+        return f"found (trial {chosen['number']}: a baseline, since no searched curve was scored)"
+    return f"found (trial {chosen['number']})"
+
+
+def markdown_summary(report: Mapping[str, Any]) -> str:
+    """A short human-readable summary of the report."""
+    s = report["settings"]
+    study = report["study"]
+    timing = report["timing"]
+    task = report["task"]
+    lines = [
+        f"# Search report: {report['model']['name']} ({report['model']['num_layers']} layers)",
+        "",
+        f"- task: {task['name']} ({task['data']}), positions {task['positions']}, score {task['score']}"
+        + (f" (mean log-prob of the first {task['k']} answer tokens)" if task["k"] else "")
+        + f", {task['search_records']} search / {task['holdout_records']} held-out records",
+        f"- space: Bezier degree {s['degree']} ({s['x_mode']} xs), factors in [{s['s_min']}, {s['s_max']}]"
+        + (f", layer bounds {s['layer_bounds']}" if s["layer_bounds"] else "")
+        + (f", max step {s['max_step']}" if s["max_step"] is not None else "")
+        + (f", perplexity guard +{s['max_ppl_increase']:.0%}" if s["max_ppl_increase"] is not None else ""),
+        f"- study `{study['name']}` in `{study['storage']}`: {study['complete']} finished trials "
+        f"({study['evaluated']} scored, {study['infeasible']} infeasible and not scored, {study['failed']} failed; "
+        f"{study.get('repeats_pruned', 0)} repeated proposals pruned without scoring), "
+        f"{study['sampler']}, seed {study['seed']}, {s['workers']} worker(s) on {timing['device']} ({timing['dtype']})",
+        f"- throughput: {_fmt(timing['trials_per_minute_this_run'], 2)} trials/min this run "
+        f"({timing['trials_this_run']} trials in {timing['search_seconds_this_run']:.0f} s), "
+        f"{_fmt(timing['evaluated_trials_per_minute_study'], 2)} scored trials/min over the study; "
+        f"{_fmt(timing['median_eval_seconds'], 1)} s per scored trial = "
+        f"{_fmt(timing['seconds_per_scored_sample'], 2)} s per scored sample "
+        f"({timing['search_samples']} samples, tokens per trial {timing['tokens_per_trial']})",
+        "",
+    ]
+    chosen = report.get("chosen")
+    base = report["baselines"]["base"]
+    uniform = report["baselines"]["best_uniform"]
+    positions = [str(p) for p in task["positions"]]
+    lines += [
+        "## Search set",
+        "",
+        "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
+    ]
+    lines.append("|---" * (len(positions) + 3) + "|")
+    for label, rec in (
+        ("base (all 1)", base),
+        (f"best uniform ({uniform['uniform'] if uniform else '–'})", uniform),
+        (_found_label(chosen), chosen),
+    ):
+        if rec is None or not rec.get("by_position"):
+            continue
+        bp = rec["by_position"]
+        obj = rec["objectives"] or {}
+        lines.append(
+            f"| {label} | "
+            + " | ".join(_fmt(bp.get(p)) for p in positions)
+            + f" | {_fmt(obj.get('mean'))} | {_fmt(obj.get('worst'))} |"
+        )
+    if chosen is not None and chosen.get("warning"):
+        lines += ["", f"**Warning:** {chosen['warning']}"]
+    holdout = report.get("holdout")
+    if holdout:
+        lines += ["", f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)", ""]
+        if any("tf_accuracy_by_position" in c for c in holdout["configs"].values()):
+            lines += [
+                "Accuracy (teacher-forced: every answer token is the model's argmax, i.e. greedy decoding writes "
+                "the answer):",
+                "",
+                "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean |",
+                "|---" * (len(positions) + 2) + "|",
+            ]
+            for name, cfg in holdout["configs"].items():
+                if "tf_accuracy_by_position" in cfg:
+                    acc = cfg["tf_accuracy_by_position"]
+                    lines.append(
+                        f"| {name} | "
+                        + " | ".join(_fmt(acc.get(p), 2) for p in positions)
+                        + f" | {cfg['tf_accuracy']:.3f} |"
+                    )
+            rows = [(k, d["tf_accuracy"]) for k, d in holdout["differences"].items() if d.get("tf_accuracy")]
+            for label, d in rows:
+                cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
+                lines.append(
+                    f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} |"
+                )
+            lines += ["", f"Score ({holdout['score']}):", ""]
+        lines += [
+            "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
+            "|---" * (len(positions) + 3) + "|",
+        ]
+        for name, cfg in holdout["configs"].items():
+            label = {
+                "base": "base (all 1)",
+                "best_uniform": f"best uniform ({cfg.get('uniform')})",
+                "found": _found_label(chosen),
+            }[name]
+            bp = cfg["by_position"]
+            lines.append(
+                f"| {label} | "
+                + " | ".join(_fmt(bp.get(p)) for p in positions)
+                + f" | {_fmt(cfg['mean'])} | {_fmt(cfg['worst'])} |"
+            )
+        lines += [
+            "",
+            "Paired differences (± standard error; mean over positions paired by record, worst position with a bootstrap SE):",
+            "",
+        ]
+        lines.append("| difference | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |")
+        lines.append("|---" * (len(positions) + 3) + "|")
+        rows = [(key, d) for key, d in holdout["differences"].items()]
+        rows += [(f"{key}, whole answer", d["whole_answer"]) for key, d in rows if d.get("whole_answer")]
+        for label, d in rows:
+            cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
+            w = d["worst"]
+            lines.append(
+                f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
+                f"{w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
+            )
+        if any("accuracy_by_position" in c for c in holdout["configs"].values()):
+            lines += ["", "Greedy accuracy (the benchmark's rule):", ""]
+            for name, cfg in holdout["configs"].items():
+                if "accuracy_by_position" in cfg:
+                    acc = cfg["accuracy_by_position"]
+                    lines.append(
+                        f"- {name}: " + ", ".join(f"pos {p}: {acc.get(p, float('nan')):.2f}" for p in positions)
+                    )
+        if "k_selection" in holdout:
+            ks = holdout["k_selection"]
+            lines += [
+                "",
+                f"Which k separates the positions best (one-way ANOVA F on the base model): k = {ks['best_k']} "
+                f"(F by k: {', '.join(f'{k}: {v:.1f}' for k, v in ks['f_statistic'].items())}).",
+            ]
+        lines += ["", f"**{holdout['verdict']}**", ""]
+    if chosen is not None:
+        lines += ["## Found factors", "", "`" + " ".join(f"{f:.3f}" for f in chosen["factors"]) + "`", ""]
+    return "\n".join(lines) + "\n"
