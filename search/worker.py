@@ -26,19 +26,22 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when available, else ``cpu``."""
-    if device != "auto":
-        return device
-    import torch
+    """``auto`` -> ``cuda`` when available, else ``cpu``; an unknown or unavailable device is a
+    :class:`SearchError` (the one device rule of :func:`rope_adapter.search.loading.resolve_device`)."""
+    from .loading import EvalError
+    from .loading import resolve_device as resolve
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        return str(resolve(device))
+    except EvalError as exc:
+        raise SearchError(str(exc)) from None
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` elsewhere."""
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if device.startswith("cuda") else "float32"
+    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` elsewhere (:func:`rope_adapter.search.loading.resolve_dtype`)."""
+    from .loading import resolve_dtype as resolve
+
+    return str(resolve(dtype, device)).replace("torch.", "")
 
 
 def read_num_layers(settings: SearchSettings) -> int:
@@ -59,9 +62,11 @@ def read_num_layers(settings: SearchSettings) -> int:
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
     """(model in eval mode, tokenizer). Tests replace this function to prove that bad input fails before it."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from rope_adapter.embedded import resolve_model_path
+
+    from .loading import load_tokenizer
 
     path = resolve_model_path(settings.model)
     kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
@@ -71,8 +76,7 @@ def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, 
     if not settings.device_map:
         model.to(device)
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(settings.tokenizer) if settings.tokenizer else path)
-    return model, tokenizer
+    return model, load_tokenizer(resolve_model_path(settings.tokenizer) if settings.tokenizer else path)
 
 
 @dataclass

@@ -77,7 +77,7 @@ def enospc(*args, **kwargs):
         (["--logprob-tokens", "0"], ["--logprob-tokens must be >= 1"]),
         (["--max-new-tokens", "0"], ["--max-new-tokens must be >= 1"]),
         (["--num-positions", "0"], ["--num-positions must be >= 1"]),
-        (["--variants", "base,uniform:1e39"], ["uniform:1e+39", "[0.001, 1000]"]),
+        (["--variants", "base,uniform:1e39"], ["uniform:1e39", "[0.001, 1000]"]),
         (["--variants", "base,uniform:0.0001"], ["[0.001, 1000]"]),
         (["--out", "FILE/sub"], ["cannot be made", "is a file"]),
         (["--out", "FILE"], ["is a file: give a folder"]),

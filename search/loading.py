@@ -1,0 +1,88 @@
+"""Loading a model for scoring, one way for the search and the evaluation: device and dtype names, the config
+without the weights, the tokenizer (given a pad token when it has none) and the model in eval mode. Embedded
+model names (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``) resolve to their converted folders."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+
+class EvalError(ValueError):
+    """Bad evaluation input (task options, sample counts, data, positions); raised before the model loads."""
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str | torch.dtype, device: str | torch.device | None = None) -> torch.dtype:
+    """``"float32"``, ``"bfloat16"``, ``"float16"`` (or a torch dtype) as a torch dtype; ``"auto"`` is bfloat16 on
+    CUDA and float32 elsewhere (CPUs without native bfloat16 run it several times slower)."""
+    if isinstance(name, torch.dtype):
+        return name
+    if str(name) == "auto":
+        return torch.bfloat16 if device is not None and torch.device(str(device)).type == "cuda" else torch.float32
+    try:
+        return DTYPES[str(name).replace("torch.", "")]
+    except KeyError:
+        raise EvalError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
+
+
+def resolve_device(name: str | torch.device | None) -> torch.device:
+    """``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``..."""
+    if name is None or str(name) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(str(name))
+    except RuntimeError:
+        raise EvalError(f"unknown device {str(name)!r}; use cpu, cuda, cuda:N, mps or auto") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise EvalError(f"device {name!r} requested but CUDA is not available here; use --device cpu")
+    return device
+
+
+def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """(resolved path, config) of a model, without its weights (``smollm2-135m-instruct`` is the embedded one)."""
+    from transformers import AutoConfig
+
+    from rope_adapter.embedded import resolve_model_path
+
+    path = resolve_model_path(name_or_path)
+    try:
+        return path, AutoConfig.from_pretrained(path)
+    except (OSError, ValueError) as exc:  # ValueError: a config.json without a known model_type
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalError(f"cannot read the model config of {str(name_or_path)!r}: {first}") from None
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """The model's tokenizer (a pad token is set to EOS when the tokenizer has none)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(
+    name_or_path: str | os.PathLike[str] = "smollm2-135m-instruct",
+    *,
+    dtype: str | torch.dtype = "float32",
+    device: str | torch.device | None = "cpu",
+    attn_implementation: str | None = None,
+) -> tuple[torch.nn.Module, Any]:
+    """(model in eval mode, tokenizer) from a local folder, Hub id or the alias ``smollm2-135m-instruct``."""
+    from transformers import AutoModelForCausalLM
+
+    from rope_adapter.embedded import resolve_model_path
+
+    path = resolve_model_path(name_or_path)
+    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    model.to(resolve_device(device)).eval()
+    return model, load_tokenizer(path)
