@@ -1,4 +1,5 @@
-"""LrsConfig: the adapter's contract, everything needed to rebuild it (the numbers also live in safetensors)."""
+"""LrsConfig: the adapter's contract, everything needed to rebuild it (the numbers also live in safetensors), and
+the readers that check an adapter folder's two files against it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 from peft.config import PeftConfig
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from .errors import AdapterFileError, InvalidFactorsError, LrsError
-from .factors import validate_factors
-from .registration import LRS_PEFT_TYPE
+from .factors import check_factors_tensor, validate_factors
+from .peft_type import LRS_PEFT_TYPE
 
 
 @dataclass
@@ -115,8 +119,6 @@ class LrsConfig(PeftConfig):
         the model."""
         folder = Path(pretrained_model_name_or_path, subfolder) if subfolder else Path(pretrained_model_name_or_path)
         if folder.is_dir():
-            from .api import check_adapter_folder
-
             check_adapter_folder(folder)
         return super().from_pretrained(pretrained_model_name_or_path, subfolder=subfolder, **kwargs)
 
@@ -156,3 +158,111 @@ def check_provenance(provenance: Any) -> None:
             f"provenance must hold only JSON values (str, number, bool, None, list, dict with str keys): {exc}; "
             f"convert it first, e.g. a datetime with .isoformat()"
         ) from exc
+
+
+# ---------------------------------------------------------------------------------- reading adapter folders
+
+CONFIG_NAME = "adapter_config.json"
+WEIGHTS_NAME = "adapter_model.safetensors"
+
+
+def _adapter_file(path_or_repo: str | os.PathLike, filename: str, **hub_kwargs: Any) -> Path:
+    path = Path(path_or_repo)
+    if path.is_dir():
+        file = path / filename
+        if not file.is_file():
+            raise AdapterFileError(f"{path} has no {filename}: is it an LRS adapter folder (save_pretrained output)?")
+        return file
+    if path.exists():
+        raise AdapterFileError(f"{path} is a file; give the adapter folder that holds {filename}")
+    text = str(path_or_repo)
+    if path.is_absolute() or text.startswith(".") or text.count("/") > 1 or "\\" in text:
+        raise AdapterFileError(f"{text}: no such adapter folder (and not a Hub repo id of the form org/name)")
+    from transformers.utils import cached_file  # a repo id, resolved like transformers and PEFT do
+
+    try:
+        return Path(cached_file(text, filename, **hub_kwargs))
+    except Exception as exc:  # noqa: BLE001 - one clear line for any download failure
+        raise AdapterFileError(
+            f"cannot read {filename} of {text}: not a local folder, and fetching it failed: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        ) from exc
+
+
+def load_lrs_config(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> LrsConfig:
+    """Read and validate an LRS adapter's ``adapter_config.json`` (local folder or Hub repo id)."""
+    file = _adapter_file(path_or_repo, CONFIG_NAME, **hub_kwargs)
+    try:
+        raw = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise AdapterFileError(f"{file} is not valid JSON ({exc}); re-save the adapter with save_pretrained()") from exc
+    if not isinstance(raw, dict):
+        raise AdapterFileError(
+            f"{file} must hold a JSON object, found {type(raw).__name__}; re-save the adapter with save_pretrained()"
+        )
+    peft_type = raw.get("peft_type")
+    if peft_type is None:
+        raise AdapterFileError(
+            f'{file} has no peft_type: an LRS adapter\'s config says "peft_type": "LRS"; re-save the adapter '
+            f"with save_pretrained()"
+        )
+    if isinstance(peft_type, str) and peft_type != LRS_PEFT_TYPE.value and peft_type.upper() == LRS_PEFT_TYPE.value:
+        raise AdapterFileError(f'{file}: peft_type is {peft_type!r}; PEFT needs it upper-case: "peft_type": "LRS"')
+    if peft_type != LRS_PEFT_TYPE.value:
+        raise AdapterFileError(f"{file}: peft_type is {peft_type!r}, not 'LRS': this is not an LRS adapter")
+    known = set(LrsConfig.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise AdapterFileError(f"{file}: unknown keys {unknown}; was it edited by hand or made by a newer version?")
+    try:
+        config = LrsConfig(**raw)
+    except (TypeError, ValueError) as exc:
+        raise AdapterFileError(f"{file}: {exc}") from exc
+    check_resolved(config, str(file))
+    return config
+
+
+def read_adapter_factors(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> tuple[LrsConfig, torch.Tensor]:
+    """The validated config and factor tensor of an adapter, checked against each other, without a model."""
+    config = load_lrs_config(path_or_repo, **hub_kwargs)
+    file = _adapter_file(path_or_repo, WEIGHTS_NAME, **hub_kwargs)
+    return config, _checked_tensor(config, file)
+
+
+def check_adapter_folder(folder: str | os.PathLike) -> LrsConfig:
+    """Check a local adapter folder completely before anything loads it: adapter_config.json and
+    adapter_model.safetensors (or a PEFT ``adapter_model.bin``), and that they agree. Raises AdapterFileError."""
+    folder = Path(folder)
+    config = load_lrs_config(folder)
+    file = folder / WEIGHTS_NAME
+    if file.is_file():
+        _checked_tensor(config, file)
+    elif not (folder / "adapter_model.bin").is_file():
+        raise AdapterFileError(
+            f"{folder} has {CONFIG_NAME} but no {WEIGHTS_NAME}: the adapter folder is incomplete; copy the whole "
+            f"folder written by save_pretrained()"
+        )
+    return config
+
+
+def _checked_tensor(config: LrsConfig, file: Path) -> torch.Tensor:
+    if file.stat().st_size == 0:
+        raise AdapterFileError(f"{file} is empty (0 bytes): re-save the adapter with save_pretrained()")
+    try:
+        tensors = load_file(str(file))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise AdapterFileError(
+            f"{file} is not a readable safetensors file ({exc}); it is truncated or damaged: re-save or re-download "
+            f"the adapter"
+        ) from exc
+    keys = [k for k in tensors if k.endswith(".lrs_factors")]
+    if len(keys) != 1 or len(tensors) != 1:
+        raise AdapterFileError(f"{file} must hold exactly one '*.lrs_factors' tensor, found {sorted(tensors)}")
+    tensor = tensors[keys[0]]
+    check_factors_tensor(tensor, config.num_layers, str(file))  # type: ignore[arg-type]
+    if not torch.equal(tensor, torch.tensor(config.factors, dtype=torch.float32)):
+        raise AdapterFileError(
+            f"{file} and {CONFIG_NAME} disagree on the factors ({tensor.tolist()} vs {config.factors}): the folder "
+            f"was edited by hand; re-save it with save_pretrained()"
+        )
+    return tensor

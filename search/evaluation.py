@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .generation import greedy_accuracy
-from .intervals import CONFIDENCE, Interval, mean_interval, paired_difference, proportion_interval
+from .intervals import CONFIDENCE, Interval, paired_difference
 from .loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
 from .loading import EvalError
 from .loading import load_model as load_model
@@ -48,31 +48,10 @@ from .loading import load_model_config as load_model_config
 from .loading import load_tokenizer as load_tokenizer
 from .loading import resolve_device as resolve_device
 from .loading import resolve_dtype as resolve_dtype
+from .metrics import METRICS as METRICS  # re-exported: the CLI reads evaluation.METRICS
 from .scoring import TokenizedTask, prepare, token_logprobs
 from .tasks import Sample, Task, get_task, split_records
 from .variants import AdapterPlan, Variant, build_variant, describe_variant
-
-METRICS: dict[str, dict[str, Any]] = {
-    "accuracy": {
-        "title": "Accuracy (greedy, benchmark rule)",
-        "short": "accuracy",
-        "higher_is_better": True,
-        "interval": proportion_interval,
-    },
-    "tf_accuracy": {
-        "title": "Accuracy (teacher-forced: every answer token is the argmax, i.e. greedy writes the answer)",
-        "short": "teacher-forced accuracy",
-        "higher_is_better": True,
-        "interval": proportion_interval,
-    },
-    "logprob": {
-        "title": "Gold log-probability (teacher-forced, mean per target token)",
-        "short": "gold log-prob",
-        "higher_is_better": True,
-        "interval": mean_interval,
-    },
-}
-"""Scores of a position sweep; ``interval`` summarises one group of per-sample values."""
 
 POSITION_TASKS = ("kv_retrieval", "passkey", "mdqa")
 # ---------------------------------------------------------------------------------------------------- samples

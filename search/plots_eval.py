@@ -17,6 +17,8 @@ from typing import Any
 
 import matplotlib
 
+from .metrics import METRICS
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
@@ -72,8 +74,6 @@ def _lines(ax: Any, positions: Sequence[int], series: Sequence[tuple[int, str, n
 def plot_positions(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """positions.png: per metric, the score by gold position (top) and, with two or more variants, the paired
     difference from the reference variant (bottom); 95 % intervals as error bars."""
-    from .evaluation import METRICS
-
     metrics = list(data["metrics"])
     positions = list(data["positions"])
     names = [v["name"] for v in data["variants"]]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .metrics import METRICS
+
 VERDICT_NOTE = (
     "Differences are paired over the same samples; *within noise* means the 95 % confidence interval of the "
     "difference includes 0, so these samples do not show a difference (more samples may); *identical* means "
@@ -66,8 +68,6 @@ def _command(data: Mapping[str, Any]) -> list[str]:
 
 def positions_markdown(data: Mapping[str, Any], plot_name: str | None = "positions.png") -> str:
     """The position-sweep report."""
-    from .evaluation import METRICS
-
     settings = data.get("settings", {})
     positions = [str(p) for p in data["positions"]]
     lines = [

@@ -1,0 +1,86 @@
+"""The code's shape, as the design asks: small files, no import circle, and the CLI as the top floor."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROOMS = {"rope_adapter": "rope_adapter", "search": "rope_adapter.search", "export": "rope_adapter.export"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in ROOMS.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            found[".".join([package, *parts]) if parts else package] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every project module ``name`` imports, function-level imports included (TYPE_CHECKING ones too)."""
+    base = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    deps = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = base.split(".")
+                target = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in modules]
+            deps.update(subs or ([target] if target in modules else []))
+        elif isinstance(node, ast.Import):
+            deps.update(a.name for a in node.names if a.name in modules)
+    deps.discard(name)
+    return deps
+
+
+def test_no_file_over_500_lines():
+    long = {str(p.relative_to(ROOT)): n for p in _modules().values() if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, f"files over 500 lines: {long}"
+
+
+def test_no_import_circle():
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert not circles, f"import circles: {circles}"
+
+
+def test_nothing_below_the_cli_imports_it():
+    modules = _modules()
+    offenders = {
+        name: sorted(d for d in _imports(name, path, modules) if d.startswith("rope_adapter.cli"))
+        for name, path in modules.items()
+        if not name.startswith("rope_adapter.cli")
+    }
+    assert not {k: v for k, v in offenders.items() if v}
