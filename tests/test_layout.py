@@ -6,7 +6,12 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = {"rope_adapter": "rope_adapter", "search": "rope_adapter.search", "export": "rope_adapter.export"}
+ROOMS = {
+    "rope_adapter": "rope_adapter",
+    "search": "rope_adapter.search",
+    "export": "rope_adapter.export",
+    "cli": "rope_adapter.cli",
+}
 
 
 def _modules() -> dict[str, Path]:
