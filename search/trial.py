@@ -74,13 +74,13 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
         record_constraints(trial, worker, values)
         if not feasible or factors is None:
             info["seconds"] = time.perf_counter() - start
-            trial.set_user_attr(TRIAL_ATTR, info)
+            record_info(trial, info)
             return (-math.inf,) * n_values
         info.update(_score_in_stages(trial, worker, factors))
         by_position = {int(p): v for p, v in info["by_position"].items()}
         result = spec.values(by_position)
         info.update(evaluated=True, objectives=spec.summary(by_position), seconds=time.perf_counter() - start)
-        trial.set_user_attr(TRIAL_ATTR, info)
+        record_info(trial, info)
         return result
 
     return objective
@@ -150,6 +150,23 @@ def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[st
     return out
 
 
+def record_info(trial: Any, info: dict[str, Any]) -> None:
+    """Store what the trial computed (user attribute :data:`TRIAL_ATTR`) plus a few flat attributes that
+    optuna-dashboard shows and sorts: ``factors``, ``accuracy`` (teacher-forced, mean over the scored samples'
+    positions), ``records_scored``, ``raced_out`` and ``feasible``."""
+    trial.set_user_attr(TRIAL_ATTR, info)
+    if info.get("factors") is not None:
+        trial.set_user_attr("factors", [round(float(f), 4) for f in info["factors"]])
+    accuracy = info.get("accuracy_by_position")
+    if accuracy:
+        trial.set_user_attr("accuracy", round(float(sum(accuracy.values()) / len(accuracy)), 4))
+    if "records_scored" in info:
+        trial.set_user_attr("records_scored", int(info["records_scored"]))
+        trial.set_user_attr("raced_out", bool(info.get("raced_out")))
+    if info.get("constraints") is not None:
+        trial.set_user_attr("feasible", all(c <= 0 for c in info["constraints"]))
+
+
 MAX_REPEATS_IN_ROW = 20
 """A worker prunes at most this many repeated proposals in a row; then a repeat is recorded as a finished trial
 (with the earlier trial's scores) so that a converged population still makes progress towards ``trials``."""
@@ -180,7 +197,7 @@ def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start:
     worker.repeats_in_row = 0
     record_constraints(trial, worker, earlier["constraints"])
     copied = {**earlier, **info, "eval_seconds": 0.0, "seconds": time.perf_counter() - start}
-    trial.set_user_attr(TRIAL_ATTR, copied)
+    record_info(trial, copied)
     return tuple(prior.values)
 
 
