@@ -72,6 +72,92 @@ def _key_value(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+GROUPS: dict[str, tuple[str, ...]] = {
+    "model": ("model", "tokenizer", "device", "dtype", "device_map", "batch_size", "max_batch_tokens", "threads"),
+    "task": ("task", "data", "pairs", "positions", "num_positions", "task_options", "search_records")
+    + ("holdout_records", "data_seed", "chat_template"),
+    "objective": ("score", "k", "objective", "position_weights", "worst_weight", "select"),
+    "search space and constraints": ("degree", "x_mode", "s_min", "s_max", "margin", "layer_bounds", "max_step")
+    + ("uniform", "ppl_text", "max_ppl_increase", "ppl_window_chars", "ppl_windows"),
+    "study": ("trials", "timeout", "budget", "storage", "study", "workers", "population", "race", "race_z")
+    + ("max_records", "seed", "heartbeat", "holdout_accuracy", "out"),
+}
+"""Where each SearchSettings field's flag is listed in --help; every field with a CLI flag is in one group."""
+
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "pairs": {"flags": ("--pairs", "--num-pairs")},
+    "task_options": {
+        "flags": ("--task-option", "--task-arg"),
+        "dest": "task_option",
+        "type": _key_value,
+        "action": "append",
+        "default": [],  # collected pairs; SearchSettings.task_options is built from them
+        "metavar": "KEY=VALUE",
+        "suffix": " Repeatable; VALUE is read as JSON when it parses.",
+    },
+    "positions": {"action": IntListAction, "metavar": "P", "suffix": " Written 0 5 10 or 0,5,10."},
+    "k": {"type": _k_value, "suffix": " 'all': every answer token (the whole answer)."},
+    "dtype": {"choices": ["auto", "float32", "bfloat16", "float16"]},
+    "score": {"choices": ["answer", "logprob", "accuracy"]},
+    "objective": {"choices": ["pareto", "weighted"]},
+    "select": {"choices": ["mean", "worst", "balanced"]},
+    "x_mode": {"choices": ["fixed", "free"]},
+    "layer_bounds": {"metavar": "FIRST-LAST:LOW:HIGH"},
+    "position_weights": {"metavar": "W"},
+    "uniform": {"nargs": "*", "metavar": "S"},
+    "race": {"nargs": "*", "metavar": "SHARE", "suffix": " Written --race 0.2 0.5; --race alone turns racing off."},
+    "timeout": {"metavar": "S"},
+    "budget": {"metavar": "S"},
+    "heartbeat": {"metavar": "S"},
+    "storage": {"metavar": "URL"},
+    "study": {"metavar": "NAME"},
+    "max_records": {"metavar": "N"},
+    "out": {"type": Path},
+}
+"""Flags that need more than their field's type: aliases, choices, parsers, metavars."""
+
+
+def _flag_kwargs(name: str, annotation: str) -> dict[str, Any]:
+    """argparse keywords of a SearchSettings field from its type (``int | None``, ``tuple[float, ...]``, ...)."""
+    text = annotation.replace(" ", "")
+    base = text.removesuffix("|None")
+    if base == "bool":
+        return {"action": "store_true"}
+    kwargs: dict[str, Any] = {"default": _default(name)}
+    element = base[len("tuple[") : -len(",...]")] if base.startswith("tuple[") else None
+    kind = element or base
+    if kind in ("int", "float"):
+        kwargs["type"] = int if kind == "int" else float
+    if element is not None:
+        kwargs["nargs"] = "+"
+    return kwargs
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per SearchSettings field (``--search-records`` for ``search_records``), typed and documented from
+    the field, in the groups of :data:`GROUPS`."""
+    from dataclasses import fields
+
+    from rope_adapter.search import SearchSettings
+
+    cli_fields = {f.name: f for f in fields(SearchSettings) if f.metadata.get("cli", True) and f.name != "progress"}
+    grouped = [name for names in GROUPS.values() for name in names]
+    if sorted(grouped) != sorted(cli_fields):
+        raise RuntimeError(f"cli.search.GROUPS and SearchSettings disagree: {sorted(set(grouped) ^ set(cli_fields))}")
+    for title, names in GROUPS.items():
+        group = parser.add_argument_group(title)
+        for name in names:
+            extra = dict(OVERRIDES.get(name, {}))
+            flags = extra.pop("flags", ("--" + name.replace("_", "-"),))
+            suffix = extra.pop("suffix", "")
+            kwargs = {**_flag_kwargs(name, str(cli_fields[name].type)), **extra}
+            if kwargs.get("action") == "append":
+                kwargs.pop("nargs", None)
+            if "dest" not in kwargs:
+                kwargs["dest"] = name
+            group.add_argument(*flags, help=_help(name) + suffix, **kwargs)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "search",
@@ -83,111 +169,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    g = p.add_argument_group("model")
-    g.add_argument("--model", default=_default("model"), help=_help("model"))
-    g.add_argument("--tokenizer", default=_default("tokenizer"), help=_help("tokenizer"))
-    g.add_argument("--device", default=_default("device"), help=_help("device"))
-    g.add_argument(
-        "--dtype", default=_default("dtype"), choices=["auto", "float32", "bfloat16", "float16"], help=_help("dtype")
-    )
-    g.add_argument("--device-map", default=_default("device_map"), help=_help("device_map"))
-    g.add_argument("--batch-size", type=int, default=_default("batch_size"), help=_help("batch_size"))
-    g.add_argument("--max-batch-tokens", type=int, default=_default("max_batch_tokens"), help=_help("max_batch_tokens"))
-    g.add_argument("--threads", type=int, default=_default("threads"), help=_help("threads"))
-
-    g = p.add_argument_group("task")
-    g.add_argument("--task", default=_default("task"), help=_help("task"))
-    g.add_argument("--data", default=_default("data"), help=_help("data"))
-    g.add_argument("--pairs", "--num-pairs", dest="pairs", type=int, default=_default("pairs"), help=_help("pairs"))
-    g.add_argument(
-        "--positions",
-        nargs="+",
-        action=IntListAction,
-        default=_default("positions"),
-        metavar="P",
-        help=_help("positions") + " Written 0 5 10 or 0,5,10.",
-    )
-    g.add_argument("--num-positions", type=int, default=_default("num_positions"), help=_help("num_positions"))
-    g.add_argument(
-        "--task-option",
-        "--task-arg",
-        dest="task_option",
-        type=_key_value,
-        action="append",
-        default=[],  # collected pairs; SearchSettings.task_options is built from them
-        metavar="KEY=VALUE",
-        help=_help("task_options") + " Repeatable; VALUE is read as JSON when it parses.",
-    )
-    g.add_argument("--search-records", type=int, default=_default("search_records"), help=_help("search_records"))
-    g.add_argument("--holdout-records", type=int, default=_default("holdout_records"), help=_help("holdout_records"))
-    g.add_argument("--data-seed", type=int, default=_default("data_seed"), help=_help("data_seed"))
-    g.add_argument("--chat-template", action="store_true", help=_help("chat_template"))
-
-    g = p.add_argument_group("objective")
-    g.add_argument("--score", default=_default("score"), choices=["answer", "logprob", "accuracy"], help=_help("score"))
-    g.add_argument(
-        "--k", type=_k_value, default=_default("k"), help=_help("k") + " 'all': every answer token (the whole answer)."
-    )
-    g.add_argument(
-        "--objective", default=_default("objective"), choices=["pareto", "weighted"], help=_help("objective")
-    )
-    g.add_argument(
-        "--position-weights",
-        type=float,
-        nargs="+",
-        default=_default("position_weights"),
-        metavar="W",
-        help=_help("position_weights"),
-    )
-    g.add_argument("--worst-weight", type=float, default=_default("worst_weight"), help=_help("worst_weight"))
-    g.add_argument("--select", default=_default("select"), choices=["mean", "worst", "balanced"], help=_help("select"))
-
-    g = p.add_argument_group("search space and constraints")
-    g.add_argument("--degree", type=int, default=_default("degree"), help=_help("degree"))
-    g.add_argument("--x-mode", default=_default("x_mode"), choices=["fixed", "free"], help=_help("x_mode"))
-    g.add_argument("--s-min", type=float, default=_default("s_min"), help=_help("s_min"))
-    g.add_argument("--s-max", type=float, default=_default("s_max"), help=_help("s_max"))
-    g.add_argument("--margin", type=float, default=_default("margin"), help=_help("margin"))
-    g.add_argument(
-        "--layer-bounds",
-        nargs="+",
-        default=_default("layer_bounds"),
-        metavar="FIRST-LAST:LOW:HIGH",
-        help=_help("layer_bounds"),
-    )
-    g.add_argument("--max-step", type=float, default=_default("max_step"), help=_help("max_step"))
-    g.add_argument("--uniform", type=float, nargs="*", default=_default("uniform"), metavar="S", help=_help("uniform"))
-    g.add_argument("--ppl-text", default=_default("ppl_text"), help=_help("ppl_text"))
-    g.add_argument(
-        "--max-ppl-increase", type=float, default=_default("max_ppl_increase"), help=_help("max_ppl_increase")
-    )
-    g.add_argument("--ppl-window-chars", type=int, default=_default("ppl_window_chars"), help=_help("ppl_window_chars"))
-    g.add_argument("--ppl-windows", type=int, default=_default("ppl_windows"), help=_help("ppl_windows"))
-
-    g = p.add_argument_group("study")
-    g.add_argument("--trials", type=int, default=_default("trials"), help=_help("trials"))
-    g.add_argument("--timeout", type=float, default=_default("timeout"), metavar="S", help=_help("timeout"))
-    g.add_argument("--budget", type=float, default=_default("budget"), metavar="S", help=_help("budget"))
-    g.add_argument("--storage", default=_default("storage"), metavar="URL", help=_help("storage"))
-    g.add_argument("--study", default=_default("study"), metavar="NAME", help=_help("study"))
-    g.add_argument("--workers", type=int, default=_default("workers"), help=_help("workers"))
-    g.add_argument("--population", type=int, default=_default("population"), help=_help("population"))
-    g.add_argument(
-        "--race",
-        type=float,
-        nargs="*",
-        default=_default("race"),
-        metavar="SHARE",
-        help=_help("race") + " Written --race 0.2 0.5; --race alone turns racing off.",
-    )
-    g.add_argument("--race-z", type=float, default=_default("race_z"), help=_help("race_z"))
-    g.add_argument("--max-records", type=int, default=_default("max_records"), metavar="N", help=_help("max_records"))
-    g.add_argument("--seed", type=int, default=_default("seed"), help=_help("seed"))
-    g.add_argument("--heartbeat", type=int, default=_default("heartbeat"), metavar="S", help=_help("heartbeat"))
-    g.add_argument("--holdout-accuracy", action="store_true", help=_help("holdout_accuracy"))
-    g.add_argument("--out", type=Path, default=Path(_default("out")), help=_help("out"))
-    g.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
-    g.add_argument("--json", action="store_true", help="Print the result summary as JSON instead of text.")
+    _add_settings_flags(p)
+    p.add_argument("--no-progress", action="store_true", help="Hide the progress bar (SearchSettings.progress).")
+    p.add_argument("--json", action="store_true", help="Print the result summary as JSON instead of text.")
     p.set_defaults(run=run)
 
 
