@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Held-out evidence for a finished search: the found adapter against the unscaled model and the best uniform
+# factor on records the search never saw, in the benchmark's metric, with 95 % intervals.
+#
+#   benchmarks/heldout_eval.sh SEARCH_OUT MODEL PAIRS [RECORDS] [LITM_FILE]
+#
+# 1. fresh generated records (seed 7): teacher-forced accuracy (greedy's verdict) and whole-answer log-prob;
+# 2. greedy decoding on 10 other fresh records (seed 8), to check the teacher-forced verdict against it;
+# 3. short-text perplexity (the search's built-in perplexity text, one 256-token window);
+# 4. optionally the Lost in the Middle file's own records (read as they are; first RECORDS/4 of them).
+# Each step writes results.json / results.md / positions.png under SEARCH_OUT/heldout/.
+set -euo pipefail
+out=${1:?search output folder}
+model=${2:?model name or folder}
+pairs=${3:?key-value pairs per record}
+records=${4:-40}
+litm=${5:-}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cli="$here/.venv/bin/rope-adapter"
+py="$here/.venv/bin/python"
+adapter="$out/adapter"
+uniform=$("$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['baselines']['best_uniform']['uniform'])" \
+    "$out/search_report.json")
+variants="base,uniform:$uniform,found=adapter:$adapter"
+mkdir -p "$out/heldout"
+echo "best uniform factor on the search set: $uniform"
+
+"$cli" eval --model "$model" --pairs "$pairs" --num-samples "$records" --seed 7 --variants "$variants" \
+    --scores tf_accuracy,logprob --out "$out/heldout/fresh-seed7" --no-progress
+"$cli" eval --model "$model" --pairs "$pairs" --num-samples 10 --seed 8 --variants "$variants" \
+    --scores accuracy,tf_accuracy --out "$out/heldout/greedy-seed8" --no-progress
+text="$out/heldout/perplexity_text.txt"
+"$py" -c "from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT as t; print(t)" > "$text"
+"$cli" eval --model "$model" --task perplexity --data "$text" --lengths 256 --num-windows 1 \
+    --variants "base,found=adapter:$adapter" --out "$out/heldout/perplexity" --no-progress
+if [ -n "$litm" ]; then
+    "$cli" eval --model "$model" --data "$litm" --num-samples $((records / 4)) --variants "$variants" \
+        --scores tf_accuracy,logprob --out "$out/heldout/litm-$(basename "$litm" .jsonl.gz)" --no-progress
+fi
