@@ -26,6 +26,7 @@ def test_qwen_adapter_and_teacher_forced_accuracy(qwen):
     model = get_peft_model(base, LrsConfig(factors=None))  # wraps the session's model: unloaded at the end
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, plain)  # all ones: exactly the base model
+    accuracy = {}
     for factors in (None, [1.0 + 0.5 * i / 23 for i in range(24)]):
         if factors is not None:
             rope_adapter.set_factors(model, factors)
@@ -34,5 +35,6 @@ def test_qwen_adapter_and_teacher_forced_accuracy(qwen):
             greedy = greedy_accuracy(model, prepared, task.is_correct)
         # the verdict of one teacher-forced pass is the benchmark's verdict on the greedy answer
         assert exact.tolist() == greedy.correct.tolist(), greedy.predictions
-    assert greedy.accuracy() > 0  # Qwen answers at 10 pairs
+        accuracy["base" if factors is None else "scaled"] = greedy.accuracy()
+    assert accuracy["base"] > 0  # Qwen answers at 10 pairs
     model.unload()
