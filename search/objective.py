@@ -44,7 +44,7 @@ import rope_adapter
 
 from .bezier import BezierSpace, factors_from_control_points
 from .generation import greedy_accuracy
-from .scoring import TokenizedTask, TokenLogprobs, token_logprobs
+from .scoring import TokenizedTask, TokenLogprobs, position_means, token_logprobs
 
 ScoreKind = Literal["answer", "logprob", "accuracy"]
 ObjectiveKind = Literal["pareto", "weighted"]
@@ -132,15 +132,6 @@ class ObjectiveSpec:
         if self.kind == "weighted":
             out["fitness"] = self.values(by_position)[0]
         return out
-
-
-def position_means(positions: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> dict[int, float]:
-    """``{position: mean score}`` in increasing position order."""
-    positions = np.asarray(positions)
-    scores = np.asarray(scores, dtype=np.float64)
-    if positions.shape != scores.shape:
-        raise ValueError(f"{scores.shape} scores for {positions.shape} positions")
-    return {int(p): float(scores[positions == p].mean()) for p in np.unique(positions)}
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -348,13 +348,20 @@ class TokenLogprobs:
         return mean_by_position(self.samples, self.mean(k))
 
 
-def mean_by_position(samples: Sequence[Sample], scores: Sequence[float] | np.ndarray) -> dict[int, float]:
-    """``{position: mean score}`` in increasing position order."""
+def position_means(positions: Sequence[int] | np.ndarray, scores: Sequence[float] | np.ndarray) -> dict[int, float]:
+    """``{position: mean score}`` in increasing position order (the one position mean of search and eval)."""
+    positions = np.asarray(positions)
     scores = np.asarray(scores, dtype=np.float64)
+    if positions.shape != scores.shape:
+        raise ValueError(f"{scores.shape} scores for {positions.shape} positions")
+    return {int(p): float(scores[positions == p].mean()) for p in np.unique(positions)}
+
+
+def mean_by_position(samples: Sequence[Sample], scores: Sequence[float] | np.ndarray) -> dict[int, float]:
+    """:func:`position_means` of the samples' gold positions."""
     if len(scores) != len(samples):
         raise ValueError(f"{len(scores)} scores for {len(samples)} samples")
-    positions = np.array([s.position for s in samples])
-    return {int(p): float(scores[positions == p].mean()) for p in np.unique(positions)}
+    return position_means([s.position for s in samples], scores)
 
 
 @torch.inference_mode()
