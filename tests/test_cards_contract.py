@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import hub_for_test
+from test_study import small
 from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter.cli import main
@@ -21,7 +22,7 @@ from rope_adapter.export import export_model
 from rope_adapter.export.card import build_card
 from rope_adapter.export.card_data import read_folder
 from rope_adapter.export.hub import publishable_files, push_folder
-from rope_adapter.search import SearchSettings, run_search
+from rope_adapter.search import run_search
 from rope_adapter.search.results_table import RESULTS_TABLE_NAME, ResultsTable
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w/.~<>-])/(?:tmp|home|root|var|private|Users|work)/")
@@ -34,21 +35,7 @@ def written(tmp_path_factory) -> dict[str, Path]:
     model_dir = root / "tiny-llama"
     tiny_model("llama", num_layers=4).save_pretrained(model_dir)
     byte_tokenizer().save_pretrained(model_dir)
-    settings = SearchSettings(
-        model=str(model_dir),
-        pairs=3,
-        num_positions=3,
-        search_records=3,
-        holdout_records=2,
-        trials=10,
-        population=4,
-        s_min=1.0,
-        s_max=1.5,
-        device="cpu",
-        out=str(root / "search"),
-        progress=False,
-        heartbeat=1,
-    )
+    settings = small(root / "search", model_dir)  # the tiny search of test_study, on this module's own model
     result = run_search(settings)
     assert result.adapter_dir is not None
     rc = main(
