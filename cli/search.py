@@ -95,7 +95,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "metavar": "KEY=VALUE",
         "suffix": " Repeatable; VALUE is read as JSON when it parses.",
     },
-    "positions": {"action": IntListAction, "metavar": "P", "suffix": " Written 0 5 10 or 0,5,10."},
+    "positions": {"action": IntListAction, "type": None, "metavar": "P", "suffix": " Written 0 5 10 or 0,5,10."},
     "k": {"type": _k_value, "suffix": " 'all': every answer token (the whole answer)."},
     "dtype": {"choices": ["auto", "float32", "bfloat16", "float16"]},
     "score": {"choices": ["answer", "logprob", "accuracy"]},
