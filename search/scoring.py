@@ -148,9 +148,7 @@ def prepare(
     full_ids, prompt_ids, starts, exact = [], [], [], []
     row_sample: list[int] = []  # the sample of each row: samples' main targets first, then the alternatives
     extra: list[tuple[int, str]] = [(i, t) for i, s in enumerate(samples) for t in s.targets[1:]]
-    prompts = []
-    for s in samples:
-        prompts.append(_encode(tokenizer, s.prompt, not s.chat))
+    prompts = [_encode(tokenizer, s.prompt, not s.chat) for s in samples]
     for i, target in [(i, s.target) for i, s in enumerate(samples)] + extra:
         s = samples[i]
         prompt = prompts[i]
@@ -163,7 +161,7 @@ def prepare(
         full_ids.append(full)
         starts.append(start)
         row_sample.append(i)
-    prompt_ids = prompts
+    prompt_ids = prompts  # one per sample; full_ids has one row per answer form
     forms = None
     if extra:
         forms = [[i] for i in range(len(samples))]

@@ -160,7 +160,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     deadline = started + settings.budget if settings.budget is not None else None
     settings.check()
     out = Path(settings.out)
-    load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
+    split = load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
     num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
     constraints = FactorConstraints(
         settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
@@ -169,7 +169,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
         constraints.check_feasible_space()
     except ValueError as exc:
         raise SearchError(str(exc)) from None
-    check_prompt_lengths(settings, model=model, tokenizer=tokenizer)
+    check_prompt_lengths(settings, model=model, tokenizer=tokenizer, split=split)
     spec = settings.objective_spec()
     url = settings.storage_url()
     shown_url = redact_url(url)

@@ -221,9 +221,12 @@ def make_worker(
     )
 
 
-def check_prompt_lengths(settings: SearchSettings, *, model: Any = None, tokenizer: Any = None) -> None:
+def check_prompt_lengths(
+    settings: SearchSettings, *, model: Any = None, tokenizer: Any = None, split: tuple[Any, list, list] | None = None
+) -> None:
     """Refuse prompts (with their answers) longer than the model's trained positions, as ``eval`` does, before a
-    study is made: only the tokenizer and the config are read."""
+    study is made: only the tokenizer and the config are read (``split``: :func:`load_split`'s result, when the
+    caller has it already)."""
     from transformers import AutoConfig, AutoTokenizer
 
     from rope_adapter.embedded import resolve_model_path
@@ -242,7 +245,7 @@ def check_prompt_lengths(settings: SearchSettings, *, model: Any = None, tokeniz
     limit = getattr(config, "max_position_embeddings", None)
     if not limit:
         return
-    task, search, holdout = load_split(settings)
+    task, search, holdout = split if split is not None else load_split(settings)
     samples = task.build_samples(search + holdout)
     if settings.chat_template:
         try:
