@@ -7,6 +7,7 @@ enqueued as its first trials; a study that exists is resumed only with equal set
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rope_adapter.writable import unwritable_reason
 
 from .bezier import BezierSpace
 from .racing import stage_ends
@@ -252,35 +255,98 @@ def create_or_load_study(
 
 
 def check_writable(out: Path) -> None:
-    """Create ``out`` (if needed) and prove a file can be written and flushed there: :class:`SearchError`
-    naming the folder otherwise (a file in the way, a read-only or full disk)."""
+    """Create ``out`` (if needed) once a file can be written and flushed there: :class:`SearchError` naming the
+    folder otherwise (a file in the way, a read-only or full disk)."""
+    why = unwritable_reason(out, "the output folder")
+    if why is None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            why = f"the output folder {out} cannot be made ({exc.strerror or exc})"
+    if why is not None:
+        raise SearchError(f"cannot write into the output folder: {why}; choose another --out") from None
+
+
+@contextlib.contextmanager
+def output_errors(out: Path) -> Iterator[None]:
+    """An ``OSError`` while writing a search's outputs (a full or read-only disk) as one :class:`SearchError`; the
+    trials are in the study storage already, so the same command resumes and writes the outputs again."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe-{os.getpid()}"
-        with open(probe, "wb") as handle:
-            handle.write(b"\0" * 4096)
-            handle.flush()
-            os.fsync(handle.fileno())
-        probe.unlink()
+        yield
     except OSError as exc:
         raise SearchError(
-            f"cannot write into the output folder {str(out)!r}: {exc.strerror or exc}; choose another --out "
-            "(a folder on a writable disk with free space)"
-        ) from None
+            f"cannot write the search outputs into {str(out)!r}: {exc.strerror or exc}; free some space (or make "
+            "the folder writable) and rerun the same command: the finished trials are kept in the study"
+        ) from exc
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling, outermost first."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
+def _raised_inside(exc: BaseException, package: Path) -> bool:
+    """True when the innermost frame of ``exc``'s traceback is a file of ``package``."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve().is_relative_to(package.resolve())
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def storage_failure(exc: BaseException, shown_url: str, *, during_search: bool = False) -> SearchError | None:
+    """The one-line :class:`SearchError` for an exception of a storage call, or None when it is not the storage's.
+
+    The storage's: an ``OSError`` or SQLAlchemy error, Optuna's ``StorageInternalError``, or an ``AssertionError``
+    (or ``UnboundLocalError``) raised inside Optuna itself, which is what ``study.optimize`` raises when a trial's
+    result cannot be written (its bookkeeping asserts "Should not reach." over the real error). The message names
+    the deepest storage error of the chain (SQLite's own words) and, on a full disk, the fix."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    kinds = (OSError, SQLAlchemyError, optuna.exceptions.StorageInternalError)
+    internal = isinstance(exc, (AssertionError, UnboundLocalError)) and _raised_inside(
+        exc, Path(optuna.__file__).parent
+    )
+    if not isinstance(exc, kinds) and not internal:
+        return None
+    chain = _chain(exc)
+    causes = [e for e in chain if isinstance(e, kinds)]
+    root = _first_line(causes[-1] if causes else exc)
+    origin = f"; Optuna's storage layer then failed with an internal {_first_line(exc)}" if internal else ""
+    full = any(
+        (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+        or any(words in str(e).lower() for words in ("disk is full", "no space left"))
+        for e in chain
+    )
+    if full:
+        problem = f"the disk holding the study storage {shown_url} is full ({root}{origin})"
+        fix = "free some space, or start again with another --out (and --storage) on a disk with room"
+    else:
+        problem = f"the study storage {shown_url} cannot be written ({root}{origin})"
+        fix = "is its disk full or read-only? Free some space or choose another --out (and --storage)"
+    then = "; finished trials are kept: rerun the same command to resume" if during_search else ""
+    return SearchError(f"{problem}: {fix}{then}")
 
 
 @contextlib.contextmanager
 def storage_errors(shown_url: str, *, during_search: bool = False) -> Iterator[None]:
     """Turn a storage that cannot be written (full or read-only disk, lost database) into one :class:`SearchError`
-    line; during a search the finished trials are kept, so the same command resumes."""
-    import optuna
-    from sqlalchemy.exc import OperationalError
-
+    line (:func:`storage_failure`); during a search the finished trials are kept, so the same command resumes.
+    Wrap storage calls only: an ``AssertionError`` counts as the storage's only when Optuna raised it."""
     try:
         yield
-    except (OSError, OperationalError, optuna.exceptions.StorageInternalError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        then = " Finished trials are kept: rerun the same command to resume." if during_search else ""
-        raise SearchError(
-            f"the study storage {shown_url} cannot be written ({first}); is its disk full or read-only?{then}"
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - storage_failure re-raises what is not the storage's
+        error = storage_failure(exc, shown_url, during_search=during_search)
+        if error is None:
+            raise
+        raise error from exc

@@ -58,6 +58,7 @@ from .storage import (
     create_or_load_study,
     model_identity,
     open_storage,
+    output_errors,
     storage_errors,
     study_fingerprint,
 )
@@ -258,10 +259,12 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     if chosen is not None:
         add_holdout(report, worker)
         adapter_dir = out / "adapter"
-        save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)
+        with output_errors(out):
+            save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)
     report["study"]["worker_errors"] = failures
     report["timing"]["total_seconds"] = time.time() - started
-    report_path = report_mod.write_outputs(report, out)
+    with output_errors(out):
+        report_path = report_mod.write_outputs(report, out)
     return SearchResult(
         out_dir=out,
         adapter_dir=adapter_dir,

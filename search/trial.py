@@ -20,8 +20,8 @@ from .objective import (
     position_means,
 )
 from .racing import estimated_by_position, paired_check, record_scores
-from .settings import SearchSettings
-from .storage import BASELINE_ATTR, TRIAL_ATTR, _quiet_optuna, open_storage
+from .settings import SearchSettings, redact_url
+from .storage import BASELINE_ATTR, TRIAL_ATTR, _quiet_optuna, open_storage, storage_failure
 from .worker import Worker, make_worker
 
 logger = logging.getLogger(__name__)
@@ -344,6 +344,7 @@ def _worker_entry(
         go.wait()
         run_worker(worker, storage, deadline)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        errors.put(f"worker {index}: {type(exc).__name__}: {exc}")
+        failure = storage_failure(exc, redact_url(settings.storage_url())) if isinstance(exc, Exception) else None
+        errors.put(f"worker {index}: {failure or f'{type(exc).__name__}: {exc}'}")
         ready.set()
         raise SystemExit(1) from None

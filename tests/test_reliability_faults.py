@@ -1,0 +1,134 @@
+"""Issue 11, the last faults: a full disk during a search, a failed write of adapter_model.safetensors, and the
+demo's later-step settings checked before its first step. Tiny random models, no Hub, no wall-clock limits."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+
+import optuna
+import pytest
+from tiny_models import byte_tokenizer, tiny_model
+
+from rope_adapter.cli import main
+from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search import study as study_mod
+from rope_adapter.search.storage import storage_errors
+
+LAYERS = 3
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama", num_layers=LAYERS).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def one_line_error(capsys, rc: int, *needles: str, loaded: bool = False) -> str:
+    """The CLI's one line; ``loaded``: the model was loaded, so transformers' progress bars stand before it."""
+    err = capsys.readouterr().err.strip()
+    if loaded:
+        err = "\n".join(line for line in err.splitlines() if "Loading weights" not in line)
+    assert rc == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith("rope-adapter: error: "), err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+# ------------------------------------------------------------------------------------- a full disk, searching
+
+
+def small(out, model_dir, **overrides) -> SearchSettings:
+    kw = dict(model=str(model_dir), pairs=3, num_positions=2, search_records=1, holdout_records=1, trials=3)
+    kw.update(population=2, s_min=1.0, s_max=1.5, device="cpu", out=str(out), progress=False, heartbeat=1)
+    return SearchSettings(**{**kw, **overrides})
+
+
+def enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def sqlite_full(*args, **kwargs):
+    """What RDBStorage raises when SQLite reports SQLITE_FULL at the commit (its message blames 'invalid data')."""
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        raise OperationalError("UPDATE trials", {}, sqlite3.OperationalError("database or disk is full"))
+    except OperationalError as exc:
+        raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from exc
+
+
+def full_when_told(monkeypatch, write) -> None:
+    """The storage fails when a trial's result is written (``study.tell``), as a disk that fills up mid-search."""
+    original = optuna.storages.RDBStorage.set_trial_state_values
+
+    def set_trial_state_values(self, trial_id, state, values=None):
+        if state.is_finished():
+            write()
+        return original(self, trial_id, state, values)
+
+    monkeypatch.setattr(optuna.storages.RDBStorage, "set_trial_state_values", set_trial_state_values)
+
+
+@pytest.mark.parametrize("write", [enospc, sqlite_full], ids=["ENOSPC", "SQLITE_FULL"])
+def test_a_full_disk_during_a_search_is_one_search_error(tmp_path, model_dir, monkeypatch, write):
+    """Optuna hides the write error behind its own ``AssertionError: Should not reach.``; the search names the
+    storage, the full disk and the fix instead."""
+    full_when_told(monkeypatch, write)
+    with pytest.raises(SearchError) as info:
+        run_search(small(tmp_path / "out", model_dir))
+    message = str(info.value)
+    assert "the disk holding the study storage sqlite:///" in message and "is full" in message, message
+    assert "Optuna's storage layer then failed with an internal AssertionError: Should not reach." in message
+    assert "free some space, or start again with another --out" in message
+    assert "rerun the same command to resume" in message
+    assert ("No space left on device" if write is enospc else "database or disk is full") in message
+
+
+def test_a_full_disk_during_a_cli_search_is_one_line_and_status_2(tmp_path, model_dir, monkeypatch, capsys):
+    full_when_told(monkeypatch, enospc)
+    argv = ["search", "--model", str(model_dir), "--pairs", "3", "--num-positions", "2", "--search-records", "1"]
+    argv += ["--holdout-records", "1", "--trials", "3", "--population", "2", "--s-max", "1.5", "--device", "cpu"]
+    rc = main([*argv, "--no-progress", "--out", str(tmp_path / "out")])
+    one_line_error(capsys, rc, "is full", "No space left on device", "free some space", "another --out", loaded=True)
+    assert (tmp_path / "out" / "study.db").is_file()  # the study is kept for the rerun
+
+
+def test_a_real_sqlite_full_database_during_a_search_is_one_search_error(tmp_path, model_dir, monkeypatch):
+    """SQLite's own SQLITE_FULL (max_page_count pinned to the file's size once the study exists), not a mock."""
+    from sqlalchemy import event
+
+    run_worker = study_mod.run_worker
+
+    def on_a_full_disk(worker, storage, *args, **kwargs):
+        def pin(dbapi_connection, *_):
+            dbapi_connection.execute("PRAGMA max_page_count = 1")  # never below the current size: no growth
+
+        event.listen(storage.engine, "checkout", pin)
+        return run_worker(worker, storage, *args, **kwargs)
+
+    monkeypatch.setattr(study_mod, "run_worker", on_a_full_disk)
+    with pytest.raises(SearchError, match=r"is full \(.*database or disk is full.*free some space"):
+        run_search(small(tmp_path / "out", model_dir, trials=50))
+
+
+def test_the_outputs_on_a_full_disk_are_one_search_error(tmp_path, model_dir, monkeypatch):
+    from rope_adapter.search import report as report_mod
+
+    monkeypatch.setattr(report_mod, "write_outputs", enospc)
+    with pytest.raises(SearchError, match=r"cannot write the search outputs into .*No space left on device; free"):
+        run_search(small(tmp_path / "out", model_dir, trials=1))
+
+
+def test_storage_errors_leave_other_assertion_errors_alone():
+    """Only Optuna's own assertion is the storage's: an AssertionError of our code stays what it is."""
+    with pytest.raises(AssertionError, match="ours"), storage_errors("sqlite:///x.db"):
+        raise AssertionError("ours")
+    with pytest.raises(ValueError, match="not a storage error"), storage_errors("sqlite:///x.db"):
+        raise ValueError("not a storage error")
+    with pytest.raises(SearchError, match=r"cannot be written \(OSError: .*Read-only file system"):
+        with storage_errors("sqlite:///x.db"):
+            raise OSError(errno.EROFS, "Read-only file system")
