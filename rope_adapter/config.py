@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from .errors import AdapterFileError, InvalidFactorsError, LrsError
 from .factors import check_factors_tensor, validate_factors
 from .peft_type import LRS_PEFT_TYPE
+from .saving import commit_staged_weights, discard_staged_weights
 
 
 @dataclass
@@ -97,20 +98,25 @@ class LrsConfig(PeftConfig):
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
         """Write adapter_config.json atomically: checked first, then a temporary file renamed over the old one,
-        so a failure leaves the previous file intact."""
-        check_provenance(self.provenance)
+        so a failure leaves the previous file intact. The weights ``PeftModel.save_pretrained`` staged just before
+        (:mod:`rope_adapter.saving`) are renamed into place together with it, or removed if this fails."""
         folder = Path(save_directory)
-        if folder.is_file():
-            raise AdapterFileError(f"{folder} is a file: save_pretrained needs a folder")
-        folder.mkdir(parents=True, exist_ok=True)
-        staged = Path(tempfile.mkdtemp(prefix=".adapter_config.", dir=folder))
         try:
-            super().save_pretrained(str(staged), **kwargs)  # PEFT writes staged/adapter_config.json
-            os.replace(staged / "adapter_config.json", folder / "adapter_config.json")
+            check_provenance(self.provenance)
+            if folder.is_file():
+                raise AdapterFileError(f"{folder} is a file: save_pretrained needs a folder")
+            folder.mkdir(parents=True, exist_ok=True)
+            staged = Path(tempfile.mkdtemp(prefix=".adapter_config.", dir=folder))
+            try:
+                super().save_pretrained(str(staged), **kwargs)  # PEFT writes staged/adapter_config.json
+                commit_staged_weights(folder)
+                os.replace(staged / "adapter_config.json", folder / "adapter_config.json")
+            finally:
+                for item in staged.iterdir():
+                    item.unlink()
+                staged.rmdir()
         finally:
-            for item in staged.iterdir():
-                item.unlink()
-            staged.rmdir()
+            discard_staged_weights(folder)  # nothing left when they were committed
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str, subfolder: str | None = None, **kwargs: Any):

@@ -15,8 +15,7 @@ from .config import LrsConfig, check_provenance
 from .errors import AdapterFileError, AdapterMismatchError, AdapterNameError, LrsError, MergeError
 from .factors import check_factors_tensor, validate_factors
 from .layer import LrsRotaryLayer, install_layer_hooks, remove_layer_hooks
-
-FACTORS_KEY_SUFFIX = "lrs_factors"
+from .saving import FACTORS_KEY_SUFFIX
 
 
 def _rope_signature(params: dict[str, Any] | None) -> dict[str, Any]:

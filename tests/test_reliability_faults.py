@@ -132,3 +132,88 @@ def test_storage_errors_leave_other_assertion_errors_alone():
     with pytest.raises(SearchError, match=r"cannot be written \(OSError: .*Read-only file system"):
         with storage_errors("sqlite:///x.db"):
             raise OSError(errno.EROFS, "Read-only file system")
+
+
+# ------------------------------------------------------------------------- a failed adapter_model.safetensors
+
+
+@pytest.fixture
+def saved(tmp_path):
+    """A PEFT model and the adapter folder it saved with factors [1.0, 1.3, 1.8]; the model now holds others."""
+    from peft import get_peft_model
+
+    from rope_adapter import LrsConfig
+
+    model = get_peft_model(tiny_model("llama", num_layers=LAYERS), LrsConfig(factors=[1.0, 1.3, 1.8]))
+    model.save_pretrained(tmp_path / "ad")
+    model.base_model.set_factors([2.0, 2.5, 3.0])
+    return model, tmp_path / "ad"
+
+
+def files(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_failed_weights_write_leaves_the_previous_adapter_byte_for_byte(saved, monkeypatch):
+    import safetensors.torch
+
+    model, folder = saved
+    before = files(folder)
+    serialize = safetensors.torch.serialize_file
+
+    def half_written(tensors, filename, metadata=None):
+        serialize(tensors, filename, metadata=metadata)
+        with open(filename, "r+b") as handle:  # the disk filled up halfway through the file
+            handle.truncate(len(before["adapter_model.safetensors"]) // 2)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "serialize_file", half_written)
+    with pytest.raises(OSError, match="No space left"):
+        model.save_pretrained(folder)
+    assert files(folder) == before  # no temporary file either
+    monkeypatch.undo()
+    model.save_pretrained(folder)  # and the next save works, leaving nothing but the adapter
+    assert sorted(files(folder)) == sorted(before)
+    assert rope_adapter_factors(folder) == [2.0, 2.5, 3.0]
+
+
+def test_a_failed_config_write_after_the_weights_leaves_the_previous_adapter(saved, monkeypatch):
+    """The weights wait in a temporary file until adapter_config.json is written too: no new weights beside the
+    old config."""
+    model, folder = saved
+    before = files(folder)
+
+    def failing_dumps(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("peft.config.json.dumps", failing_dumps)
+    with pytest.raises(OSError, match="No space left"):
+        model.save_pretrained(folder)
+    assert files(folder) == before
+    assert rope_adapter_factors(folder) == [1.0, 1.3, 1.8]
+
+
+def test_several_adapters_are_each_saved_whole(saved, tmp_path):
+    from rope_adapter import LrsConfig
+
+    model, _ = saved
+    model.add_adapter("other", LrsConfig(factors=[1.1, 1.1, 1.1]))
+    model.save_pretrained(tmp_path / "two")
+    assert rope_adapter_factors(tmp_path / "two") == [2.0, 2.5, 3.0]
+    assert rope_adapter_factors(tmp_path / "two" / "other") == [1.1, 1.1, 1.1]
+    assert sorted(files(tmp_path / "two" / "other")) == ["adapter_config.json", "adapter_model.safetensors"]
+
+
+def test_other_state_dicts_go_to_safetensors_unchanged(tmp_path):
+    """Only an LRS state dict is staged; anything else PEFT saves is written where it asked, as before."""
+    import peft.peft_model
+    import torch
+
+    peft.peft_model.safe_save_file({"lora_A.weight": torch.ones(2)}, str(tmp_path / "w.safetensors"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]
+
+
+def rope_adapter_factors(folder) -> list[float]:
+    import rope_adapter
+
+    return [round(f, 6) for f in rope_adapter.read_adapter_factors(folder)[1].tolist()]

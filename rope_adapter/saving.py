@@ -1,0 +1,75 @@
+"""An LRS adapter folder written so that a failed save leaves the previous one intact, byte for byte.
+
+``PeftModel.save_pretrained`` writes ``adapter_model.safetensors`` in place, then ``adapter_config.json``. For LRS
+adapters only (a state dict holding nothing but ``*.lrs_factors``), PEFT's ``safe_save_file`` is wrapped
+(:func:`install`): the weights go to a temporary file in the same folder and wait there; ``LrsConfig.save_pretrained``
+stages ``adapter_config.json`` the same way and only then renames both over the old files
+(:func:`commit_staged_weights`), so a failure in either write (a full disk, say) changes nothing and leaves no
+temporary file behind (:func:`discard_staged_weights`). Other adapter types are saved by PEFT as before.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+FACTORS_KEY_SUFFIX = "lrs_factors"
+"""The last part of the name of an LRS adapter's one tensor in ``adapter_model.safetensors``."""
+
+_STAGED: dict[Path, tuple[Path, Path]] = {}  # folder -> (temporary weights file, the file it will replace)
+
+
+def is_lrs_state_dict(tensors: Mapping[str, Any]) -> bool:
+    """True for the state dict of an LRS adapter: only ``*.lrs_factors`` tensors."""
+    return bool(tensors) and all(str(k).split(".")[-1] == FACTORS_KEY_SUFFIX for k in tensors)
+
+
+def discard_staged_weights(folder: str | os.PathLike[str]) -> None:
+    """Remove the weights staged for ``folder`` by a save that did not get to its config (nothing when none)."""
+    staged = _STAGED.pop(Path(folder).resolve(), None)
+    if staged is not None:
+        staged[0].unlink(missing_ok=True)
+
+
+def commit_staged_weights(folder: str | os.PathLike[str]) -> None:
+    """Rename the weights staged for ``folder`` over its ``adapter_model.safetensors`` (nothing when none)."""
+    staged = _STAGED.pop(Path(folder).resolve(), None)
+    if staged is not None:
+        os.replace(staged[0], staged[1])
+
+
+def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (safetensors' ``save_file``), writing an LRS state dict to a staged temporary file instead."""
+
+    def save_file(tensors: dict[str, Any], filename: str, metadata: dict[str, str] | None = None) -> None:
+        if not is_lrs_state_dict(tensors):
+            original(tensors, filename, metadata=metadata)
+            return
+        target = Path(filename)
+        folder = target.parent.resolve()
+        discard_staged_weights(folder)  # left by an earlier save that failed between the two writes
+        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        os.close(handle)
+        staged = Path(name)
+        try:
+            original(tensors, str(staged), metadata=metadata)
+            with open(staged, "rb") as written:
+                os.fsync(written.fileno())
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        _STAGED[folder] = (staged, target)
+
+    save_file._lrs_atomic = True  # type: ignore[attr-defined]
+    return save_file
+
+
+def install() -> None:
+    """Wrap PEFT's ``safe_save_file`` with :func:`atomic_save_file` (idempotent)."""
+    import peft.peft_model as peft_model
+
+    if not getattr(peft_model.safe_save_file, "_lrs_atomic", False):
+        peft_model.safe_save_file = atomic_save_file(peft_model.safe_save_file)
