@@ -12,7 +12,10 @@ Each step is a `rope-adapter` command, printed before it runs, so any step can b
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import shlex
 import shutil
 import time
@@ -20,6 +23,8 @@ from pathlib import Path
 
 from rope_adapter.export.card import build_card
 from rope_adapter.search.results_table import RESULTS_TABLE_NAME, ResultsTable
+
+STEP_FOLDERS = ("1-base-eval", "2-search", "3-heldout-eval", "4-exported")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -62,6 +67,83 @@ def _step(number: int, title: str, argv: list[str], commands: list[str]) -> None
         raise CliError(f"step {number} ({title}) failed with exit code {code}; rerun it alone: {command}")
 
 
+def _parsed(argv: list[str]) -> argparse.Namespace:
+    """A step's command line parsed as `rope-adapter` parses it; an argparse error becomes one CliError line."""
+    from rope_adapter.cli import CliError, build_parser
+
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(printed):
+            return build_parser().parse_args(argv)
+    except SystemExit:
+        last = printed.getvalue().strip().splitlines()[-1:] or ["cannot parse it"]
+        raise CliError(f"the demo's {argv[0]} step: {last[0]}") from None
+
+
+def _unwritable(out: Path) -> str | None:
+    """Why ``out`` cannot become the report folder, without creating anything; None when it can."""
+    place = out.expanduser().absolute()
+    while not place.exists():
+        place = place.parent
+    if not place.is_dir():
+        return f"--out {out}: {place} is a file; give a folder"
+    if not os.access(place, os.W_OK | os.X_OK):
+        return f"--out {out}: {place} is not writable; choose another --out"
+    blocked = [place / step for step in STEP_FOLDERS if (place / step).exists() and not (place / step).is_dir()]
+    if place == out.expanduser().absolute() and blocked:
+        return f"--out {out}: {blocked[0]} is a file, where the demo writes a folder; choose another --out"
+    return None
+
+
+def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
+    """Refuse any setting a later step would refuse, before the first step runs: nothing is written and no model
+    weights are loaded (the search's own checks read only the model's config, its tokenizer and the task's data;
+    an existing study in ``OUT/2-search`` must have the same settings). :class:`CliError` with one line."""
+    from rope_adapter.cli import CliError
+    from rope_adapter.cli.search import settings_from_args
+    from rope_adapter.search.study import DEFAULT_UNIFORM, SearchError, check_search, check_stored_study
+
+    for flag, value in (("--eval-records", args.eval_records), ("--search-records", args.search_records)):
+        if value < 1:
+            raise CliError(f"{flag} must be >= 1 (records per evaluation or per search trial), got {value}")
+    if (why := _unwritable(args.out)) is not None:
+        raise CliError(why)
+    try:
+        settings = settings_from_args(_parsed(search_argv))
+        check_search(settings)
+        check_stored_study(settings)
+    except SearchError as exc:
+        raise CliError(f"the demo's search step would refuse these settings: {exc}") from None
+    # the held-out step compares with the best uniform factor: one must be in range and reached by --trials
+    if not settings.uniform_values():
+        raise CliError(
+            f"--s-min {args.s_min:g} and --s-max {args.s_max:g} leave none of the uniform factors {DEFAULT_UNIFORM} "
+            "that the held-out step compares with: widen the range"
+        )
+    needed = 2 if settings.s_min <= 1.0 <= settings.s_max else 1
+    if settings.trials is None or settings.trials < needed:
+        raise CliError(
+            f"--trials must be >= {needed}: the first trials are the baselines (the unscaled model when 1 is in "
+            f"range, then uniform factors), and the held-out step needs the best uniform one; got {settings.trials}"
+        )
+    _check_model_supported(settings.model)
+
+
+def _check_model_supported(model: str) -> None:
+    """The search and the export need a model the adapter supports: checked on a meta-device skeleton."""
+    from transformers import AutoConfig
+
+    from rope_adapter import LrsConfig, LrsError
+    from rope_adapter.cli import CliError
+    from rope_adapter.embedded import resolve_model_path
+    from rope_adapter.export.bake import check_adapter_fits
+
+    try:
+        check_adapter_fits(LrsConfig(), AutoConfig.from_pretrained(resolve_model_path(model)))
+    except LrsError as exc:
+        raise CliError(f"the demo's search and export steps need a model the adapter supports: {exc}") from None
+
+
 def _read(path: Path) -> str:
     return path.read_text() if path.is_file() else f"_{path.name} is missing_\n"
 
@@ -82,7 +164,6 @@ def headline(table: ResultsTable) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     start = time.time()
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
     positions = [str(p) for p in args.positions]
     commands: list[str] = []
     base_eval, search_dir, heldout_eval, export_dir = (
@@ -92,16 +173,7 @@ def run(args: argparse.Namespace) -> int:
         out / "4-exported",
     )
     common_task = ["--model", args.model, "--task", "kv_retrieval", "--num-pairs", str(args.pairs)]
-    _step(
-        1,
-        "the base model's score by gold position",
-        ["eval", *common_task, "--positions", ",".join(positions), "--num-samples", str(args.eval_records)]
-        + ["--variants", "base", "--seed", "1", "--out", str(base_eval)],
-        commands,
-    )
-    _step(
-        2,
-        "search per-layer factors (Bezier curve over depth, NSGA-II)",
+    search_argv = (
         ["search", "--model", args.model, "--task", "kv-retrieval", "--pairs", str(args.pairs)]
         + ["--positions", *positions, "--search-records", str(args.search_records)]
         + [
@@ -120,9 +192,18 @@ def run(args: argparse.Namespace) -> int:
             "demo",
             "--out",
             str(search_dir),
-        ],
+        ]
+    )
+    check_steps(args, search_argv)  # every later step's settings, before the first step does any work
+    out.mkdir(parents=True, exist_ok=True)
+    _step(
+        1,
+        "the base model's score by gold position",
+        ["eval", *common_task, "--positions", ",".join(positions), "--num-samples", str(args.eval_records)]
+        + ["--variants", "base", "--seed", "1", "--out", str(base_eval)],
         commands,
     )
+    _step(2, "search per-layer factors (Bezier curve over depth, NSGA-II)", search_argv, commands)
     report = json.loads((search_dir / "search_report.json").read_text())
     adapter = search_dir / "adapter"
     best_uniform = report["baselines"]["best_uniform"]["uniform"]

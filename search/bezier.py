@@ -234,6 +234,13 @@ class BezierSpace:
             raise ValueError(f"s_min must be smaller than s_max, got s_min={self.s_min}, s_max={self.s_max}")
         if self.s_min <= 0:
             raise ValueError(f"s_min must be positive (factors divide inv_freq), got {self.s_min}")
+        from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
+
+        if self.s_min < FACTOR_MIN or self.s_max > FACTOR_MAX:
+            raise ValueError(
+                f"s_min and s_max must lie in the adapter's factor range [{FACTOR_MIN:g}, {FACTOR_MAX:g}], got "
+                f"[{self.s_min:g}, {self.s_max:g}]"
+            )
         if self.margin < 0:
             raise ValueError(f"margin must be >= 0, got {self.margin}")
         _check_x_mode(self.x_mode)

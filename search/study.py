@@ -100,6 +100,8 @@ __all__ = [
     "baseline_params",
     "build_task",
     "check_existing_study",
+    "check_search",
+    "check_stored_study",
     "constraint_names",
     "create_or_load_study",
     "load_model",
@@ -143,6 +145,38 @@ class SearchResult:
     factors: list[float] | None
 
 
+def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = None) -> None:
+    """Every check :func:`run_search` makes before it writes anything (:class:`SearchError`): the settings, the
+    task and its data (read and split), the model's config, a search space with a factor set, and prompt lengths
+    within the model's positions. Reads only configs, the tokenizer and the data: no weights, no files written."""
+    settings.check()
+    split = load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
+    num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
+    constraints = FactorConstraints(
+        settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
+    )
+    try:
+        constraints.check_feasible_space()
+    except ValueError as exc:
+        raise SearchError(str(exc)) from None
+    check_prompt_lengths(settings, model=model, tokenizer=tokenizer, split=split)
+
+
+def check_stored_study(settings: SearchSettings) -> None:
+    """When the settings' SQLite study file exists already, check that its study (if it holds one of this name)
+    has equal settings (:class:`SearchError` otherwise), so that a resumed run is refused before other work."""
+    from sqlalchemy.engine import make_url
+
+    url = settings.storage_url()
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).is_file():
+        return
+    storage = open_storage(url, settings.heartbeat)
+    fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
+    with _quiet_optuna():
+        check_existing_study(storage, settings.study, fingerprint)
+
+
 def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = None) -> SearchResult:
     """Run (or resume) a factor search and write its outputs; see the module docstring for the steps.
 
@@ -159,18 +193,8 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
 
     started = time.time()
     deadline = started + settings.budget if settings.budget is not None else None
-    settings.check()
+    check_search(settings, model=model, tokenizer=tokenizer)
     out = Path(settings.out)
-    split = load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
-    num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
-    constraints = FactorConstraints(
-        settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
-    )
-    try:
-        constraints.check_feasible_space()
-    except ValueError as exc:
-        raise SearchError(str(exc)) from None
-    check_prompt_lengths(settings, model=model, tokenizer=tokenizer, split=split)
     spec = settings.objective_spec()
     url = settings.storage_url()
     shown_url = redact_url(url)

@@ -12,6 +12,7 @@ from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter.cli import main
 from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search import storage as storage_mod
 from rope_adapter.search import study as study_mod
 from rope_adapter.search.storage import storage_errors
 
@@ -217,3 +218,86 @@ def rope_adapter_factors(folder) -> list[float]:
     import rope_adapter
 
     return [round(f, 6) for f in rope_adapter.read_adapter_factors(folder)[1].tolist()]
+
+
+# ------------------------------------------------------------------------ the demo: later steps checked first
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """No step may load a model's weights (eval, search and export all go through from_pretrained)."""
+    import transformers
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad setting was reported")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def demo_args(model_dir, out, *extra: str) -> list[str]:
+    args = ["demo", "--model", str(model_dir), "--pairs", "3", "--positions", "0", "2", "--trials", "3"]
+    return [*args, "--search-records", "1", "--eval-records", "2", "--out", str(out), *extra]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needles"),
+    [
+        (["--trials", "0"], ["--trials must be >= 2", "baselines"]),
+        (["--trials", "1"], ["--trials must be >= 2", "best uniform"]),
+        (["--s-min", "1.5", "--s-max", "1.2"], ["search step", "s_min must be smaller than s_max"]),
+        (["--s-min", "1.3", "--s-max", "1.4"], ["none of the uniform factors", "widen the range"]),
+        (["--s-max", "1e9"], ["search step", "factor range [0.001, 1000]"]),
+        (["--s-min", "nan"], ["search step", "s_min must be a finite number"]),
+        (["--population", "1"], ["search step", "population must be >= 2"]),
+        (["--positions", "0", "7"], ["search step", "positions [7] outside 0..2"]),
+        (["--search-records", "0"], ["--search-records must be >= 1"]),
+        (["--eval-records", "0"], ["--eval-records must be >= 1"]),
+        (["--pairs", "60"], ["search step", "than the model's 512 positions", "--pairs"]),
+    ],
+)
+def test_demo_refuses_a_later_steps_setting_before_the_first_step(
+    model_dir, tmp_path, capsys, no_model_load, extra, needles
+):
+    out = tmp_path / "demo"
+    one_line_error(capsys, main(demo_args(model_dir, out, *extra)), *needles)
+    assert not out.exists()
+    assert "[1/5]" not in capsys.readouterr().out
+
+
+def test_demo_refuses_a_model_the_adapter_cannot_scale_before_the_first_step(tmp_path, capsys, no_model_load):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path / "gpt2"
+    GPT2LMHeadModel(
+        GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=300, bos_token_id=1, eos_token_id=2)
+    ).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    capsys.readouterr()  # the save's progress bar
+    rc = main(demo_args(folder, tmp_path / "demo"))
+    one_line_error(capsys, rc, "the demo's search and export steps need a model the adapter supports", "no rotary")
+    assert not (tmp_path / "demo").exists()
+
+
+def test_demo_refuses_an_out_it_cannot_use_before_the_first_step(model_dir, tmp_path, capsys, no_model_load):
+    (tmp_path / "file").write_text("x")
+    one_line_error(capsys, main(demo_args(model_dir, tmp_path / "file" / "demo")), "is a file; give a folder")
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "2-search").write_text("in the way")
+    one_line_error(capsys, main(demo_args(model_dir, tmp_path / "demo")), "2-search is a file")
+    assert sorted(p.name for p in (tmp_path / "demo").iterdir()) == ["2-search"]
+
+
+def test_demo_refuses_a_stored_study_with_other_settings_before_the_first_step(
+    model_dir, tmp_path, capsys, no_model_load
+):
+    """A rerun into the same --out with another --pairs: the search would refuse its study, so nothing runs."""
+    out = tmp_path / "demo"
+    url = f"sqlite:///{(out / '2-search' / 'study.db').resolve()}"
+    (out / "2-search").mkdir(parents=True)
+    settings = small(out / "2-search", model_dir, pairs=4, positions=(0, 2), storage=url, study="demo")
+    fingerprint = storage_mod.study_fingerprint(settings, "float32")
+    storage = storage_mod.open_storage(url)
+    storage_mod.create_or_load_study(storage, "demo", ["maximize"], fingerprint, settings.space(), [])
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    one_line_error(capsys, main(demo_args(model_dir, out)), "study 'demo' exists with other settings", "pairs")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
