@@ -3,7 +3,7 @@
 On SmolLM2-135M-Instruct (the embedded default) and KV-retrieval samples (one record set, several gold
 positions, so the prompts share their JSON prefix):
 
-- greedy accuracy: `rope_adapter.search.generation.greedy_accuracy` (shared-prefix KV cache, batched) vs a loop
+- greedy accuracy: `rope_adapter.scoring.generation.greedy_accuracy` (shared-prefix KV cache, batched) vs a loop
   of `model.generate(prompt, do_sample=False)` over the same prompts; the answers must be identical;
 - gold log-prob: `token_logprobs` with the shared prefix vs one full forward pass per sample (the plain
   computation, `shared_prefix=False`); the scores must agree.
@@ -25,9 +25,9 @@ import torch
 from machine_info import environment, timed
 
 from rope_adapter.embedded import load_default_model
-from rope_adapter.search.generation import greedy_accuracy
-from rope_adapter.search.scoring import prepare, token_logprobs
-from rope_adapter.search.tasks import get_task
+from rope_adapter.scoring.generation import greedy_accuracy
+from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
+from rope_adapter.scoring.tasks import get_task
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
     """Seconds of one trial's scoring vs the forward passes it needs (see the module docstring)."""
     import numpy as np
 
-    from rope_adapter.search import scoring
+    from rope_adapter.scoring import shared_prefix as scoring
     from rope_adapter.search.study import make_worker
 
     worker = make_worker(settings, 0, with_holdout=False)

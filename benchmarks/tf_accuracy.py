@@ -5,7 +5,7 @@ is the gold token. `token_logprobs` computes that verdict in the same forward pa
 (`TokenLogprobs.exact()`), so accuracy needs no decode loop. Which answer form the model writes matters: the
 benchmark's rule accepts any answer that contains the value, and a model may open with a quote (`' "' + value`)
 or not (`' ' + value`). This script scores both forms and compares each verdict, and their union, with real
-greedy decoding judged by the benchmark's rule (`rope_adapter.search.generation.greedy_accuracy`).
+greedy decoding judged by the benchmark's rule (`rope_adapter.scoring.generation.greedy_accuracy`).
 
 Writes JSON and Markdown (default benchmarks/results/tf_accuracy_<model>_<pairs>.{json,md}).
 
@@ -25,9 +25,9 @@ from machine_info import environment, timed
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rope_adapter.embedded import resolve_model_path
-from rope_adapter.search.generation import greedy_accuracy
-from rope_adapter.search.scoring import prepare, token_logprobs
-from rope_adapter.search.tasks import get_task
+from rope_adapter.scoring.generation import greedy_accuracy
+from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
+from rope_adapter.scoring.tasks import get_task
 
 FORMS = {"space": " ", "quote": ' "'}
 

@@ -16,16 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter.cli import CliError
-from rope_adapter.cli.eval import (
-    _checked_task_kwargs,
-    add_model_arguments,
-    add_task_arguments,
+from rope_adapter.cli.eval import add_model_arguments, add_task_arguments, task_kwargs
+from rope_adapter.evaluate import evaluation as ev
+from rope_adapter.evaluate.analysis import REGIONS, decay_curves, last_token_attention_shares
+from rope_adapter.evaluate.plots import plot_attention_shares, plot_decay
+from rope_adapter.evaluate.run import (
     chat_template_flag,
     check_out_folder,
     checked_device,
     checked_model_config,
-    task_kwargs,
+    checked_task_kwargs,
 )
+from rope_adapter.scoring.loading import EvalError
+from rope_adapter.scoring.variants import Variant, VariantError, build_variant, check_variants, parse_variant
 
 PARTS = ("decay", "attention")
 
@@ -80,9 +83,6 @@ def _rope_numbers(config: Any) -> tuple[int, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rope_adapter.search.evaluation import EvalError
-    from rope_adapter.search.variants import VariantError
-
     try:
         return _run(args)
     except (EvalError, VariantError) as exc:
@@ -90,10 +90,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rope_adapter.analysis import decay_curves
-    from rope_adapter.search import evaluation as ev
-    from rope_adapter.search.plots_eval import plot_decay
-    from rope_adapter.search.variants import check_variants, parse_variant
 
     parts = [x.strip() for x in args.what.split(",") if x.strip()]
     if not parts or any(x not in PARTS for x in parts):
@@ -187,16 +183,13 @@ def _variant_factors(variant: Any, plans: dict, config: Any) -> list[float] | No
 
 
 def _attention(args: argparse.Namespace, ev: Any, path: Any, config: Any, variant: Any, plans: dict, out: Path):
-    from rope_adapter.analysis import REGIONS, last_token_attention_shares
-    from rope_adapter.search.plots_eval import plot_attention_shares
-    from rope_adapter.search.variants import Variant, build_variant
 
     if args.task not in ev.POSITION_TASKS:
         raise CliError(f"attention shares need prompts: --task {', '.join(ev.POSITION_TASKS)}")
     if args.skip_first < 0:
         raise CliError(f"--skip-first must be >= 0, got {args.skip_first}")
     tokenizer = ev.load_tokenizer(path)
-    kwargs = _checked_task_kwargs(args.task, task_kwargs(args))
+    kwargs = checked_task_kwargs(args.task, task_kwargs(args))
     task, samples = ev.make_task_samples(
         args.task, num_samples=args.num_samples, seed=args.seed, held_out_after=args.held_out_after, **kwargs
     )

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from rope_adapter.export.card import build_card
-from rope_adapter.search.results_table import RESULTS_TABLE_NAME, ResultsTable
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
 
 STEP_FOLDERS = ("1-base-eval", "2-search", "3-heldout-eval", "4-exported")
 

@@ -6,6 +6,10 @@ import argparse
 import logging
 from pathlib import Path
 
+import torch
+
+from rope_adapter.export import export_model
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -32,10 +36,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from rope_adapter.export import export_model
-
     logging.basicConfig(format="%(message)s")  # root stays at WARNING; our progress lines at INFO
     logging.getLogger("rope_adapter.export").setLevel(logging.INFO)
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)

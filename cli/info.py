@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter import read_adapter_factors
+from rope_adapter.export import read_exported_factors
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,8 +27,6 @@ def describe(path: str) -> dict[str, Any]:
     """What `info` shows, as a dict: kind, base model, factors, provenance."""
     folder = Path(path)
     if folder.is_dir() and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
-        from rope_adapter.export import read_exported_factors  # exported model folder
-
         return read_exported_factors(folder)
     config, tensor = read_adapter_factors(path)
     return {

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from rope_adapter.cli import CliError, IntListAction
+from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search.study import settings_default, settings_help
 
 EPILOG = """\
 examples:
@@ -36,14 +39,10 @@ pareto.png, factors.png, positions.png.
 
 
 def _help(name: str) -> str:
-    from rope_adapter.search.study import settings_help
-
     return settings_help(name).replace("%", "%%")
 
 
 def _default(name: str) -> Any:
-    from rope_adapter.search.study import settings_default
-
     value = settings_default(name)
     return list(value) if isinstance(value, tuple) else value
 
@@ -136,10 +135,6 @@ def _flag_kwargs(name: str, annotation: str) -> dict[str, Any]:
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per SearchSettings field (``--search-records`` for ``search_records``), typed and documented from
     the field, in the groups of :data:`GROUPS`."""
-    from dataclasses import fields
-
-    from rope_adapter.search import SearchSettings
-
     cli_fields = {f.name: f for f in fields(SearchSettings) if f.metadata.get("cli", True) and f.name != "progress"}
     grouped = [name for names in GROUPS.values() for name in names]
     if sorted(grouped) != sorted(cli_fields):
@@ -178,10 +173,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def settings_from_args(args: argparse.Namespace) -> Any:
     """The :class:`SearchSettings` of parsed arguments (each flag's dest is its field's name, but for
     ``--task-option`` and ``--no-progress``; lists become the tuples the dataclass holds)."""
-    from dataclasses import fields
-
-    from rope_adapter.search import SearchSettings
-
     values = {f.name: getattr(args, f.name) for f in fields(SearchSettings) if hasattr(args, f.name)}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     values.update(task_options=dict(args.task_option), out=str(args.out), progress=not args.no_progress)
@@ -189,8 +180,6 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rope_adapter.search import SearchError, run_search
-
     try:
         result = run_search(settings_from_args(args))
     except SearchError as exc:

@@ -37,6 +37,7 @@ from rope_adapter.standalone import (
     register_lrs_model_type,
     wrap_rope_parameters,
 )
+from rope_adapter.writable import unwritable_reason
 
 from .codegen import write_code
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
@@ -45,7 +46,6 @@ from .staging import (  # ExportVerificationError and probe_input_ids are re-exp
     ExportError,
     ExportVerificationError,  # noqa: F401
     check_export_options,
-    check_writable,
     make_temporary,
     publish,
     release_owner_mark,
@@ -115,7 +115,7 @@ def _inside(path: Path, folder: Path) -> bool:
 def check_output_folder(out: Path, overwrite: bool, *, base: Path | None = None, adapter: Path | None = None) -> None:
     """Refuse an ``out`` that is non-empty (unless ``overwrite``), a file, or tangled with the inputs."""
     out = out.resolve()
-    if (why := check_writable(out, "--out")) is not None:
+    if (why := unwritable_reason(out, "--out")) is not None:
         raise ExportError(why)
     if base is not None and _inside(out, base):
         raise ExportError(f"--out {out} is inside the base model folder {base}: write the export somewhere else")

@@ -1,7 +1,7 @@
 """Model cards for a published LRS adapter or exported model, rendered from the folder's own files.
 
 :mod:`rope_adapter.export.card_data` reads and checks the folder (factors through the core's readers, results as
-:class:`~rope_adapter.search.results_table.ResultsTable`); this module only renders. Metadata goes through
+:class:`~rope_adapter.scoring.results_table.ResultsTable`); this module only renders. Metadata goes through
 :class:`huggingface_hub.ModelCardData` (YAML front matter, ``model-index`` with the results of the variant whose
 factors are this folder's); the prose is a Jinja template in ``rope_adapter.model_cards``. Every number on the
 card is read from the folder's files, and no local path reaches the card.
@@ -18,7 +18,8 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from rope_adapter.search.results_table import PROPORTIONS, RESULTS_TABLE_NAME, MetricTable, ResultsTable
+from rope_adapter.scoring.numbers import fmt
+from rope_adapter.scoring.results_table import PROPORTIONS, RESULTS_TABLE_NAME, MetricTable, ResultsTable
 
 from .card_data import (
     CardError,
@@ -62,10 +63,7 @@ def _number(value: Any) -> float | None:
 
 
 def _fmt(value: Any, digits: int = 4, sign: bool = False) -> str:
-    number = _number(value)
-    if number is None:
-        return "–"
-    return f"{number:+.{digits}f}" if sign else f"{number:.{digits}f}"
+    return fmt(_number(value), digits, sign=sign)
 
 
 def readable(value: Any) -> str:

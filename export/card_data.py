@@ -2,7 +2,7 @@
 
 Reading goes through the core's readers: :func:`rope_adapter.read_adapter_factors` for an adapter (config and
 safetensors checked against each other) and :func:`rope_adapter.export.bake.read_exported_factors` for an export.
-Results come as :class:`~rope_adapter.search.results_table.ResultsTable` from ``results_table.json`` (the search
+Results come as :class:`~rope_adapter.scoring.results_table.ResultsTable` from ``results_table.json`` (the search
 writes it into ``OUT/adapter``, ``eval`` into its folder) and from an ``eval`` ``results.json`` placed in the
 folder. :func:`public_base_model` and :func:`public_json` keep local paths out of what is published.
 """
@@ -20,7 +20,7 @@ from rope_adapter import read_adapter_factors
 from rope_adapter.embedded import embedded_hub_id
 from rope_adapter.errors import LrsError
 from rope_adapter.export.bake import SIDECAR_NAME, ExportError, read_exported_factors
-from rope_adapter.search.results_table import RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [
     "CardError",

@@ -27,7 +27,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from rope_adapter.search.results_table import RESULTS_TABLE_NAME
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME
 
 from .bake import SIDECAR_NAME
 from .card import CardError, read_folder, render_card

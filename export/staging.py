@@ -83,24 +83,6 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
     return removed
 
 
-def check_writable(folder: Path, what: str) -> str | None:
-    """Why nothing can be written under ``folder`` (made if missing), or None: the nearest existing ancestor must
-    be a folder where a small file can be written and flushed (catches read-only and full file systems)."""
-    ancestor = folder
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"{what} {folder} cannot be made: {ancestor} is a file"
-    try:
-        with tempfile.TemporaryFile(dir=ancestor) as probe:
-            probe.write(b"\0" * 4096)
-            probe.flush()
-            os.fsync(probe.fileno())
-    except OSError as exc:
-        return f"{what} {folder} is not writable ({exc.strerror or exc}): free some space or choose another folder"
-    return None
-
-
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """While the block runs, SIGTERM raises ExportTerminated (a KeyboardInterrupt) in the main thread."""

@@ -7,8 +7,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.scoring.tasks import Task, get_task, split_records
+
 from .settings import SearchError, SearchSettings
-from .tasks import Task, get_task, split_records
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The search's held-out step: score the base model, the best uniform factor and the found factors on the
 held-out records (the model runs here, not in the report) and judge the comparison in one sentence.
 
-Statistics are paired (every configuration is scored on the same samples), see :mod:`rope_adapter.search.paired`.
+Statistics are paired (every configuration is scored on the same samples), see :mod:`rope_adapter.scoring.paired`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy as np
 if TYPE_CHECKING:
     from .worker import Worker
 
+from rope_adapter.scoring.paired import describe_difference, paired_difference
+
 from .k_selection import select_k
-from .paired import describe_difference, paired_difference
 
 
 def add_holdout(report: dict[str, Any], worker: Worker) -> None:
@@ -114,6 +115,17 @@ def position_dict(positions: np.ndarray, values: np.ndarray) -> dict[str, float]
     return {str(int(p)): float(values[positions == p].mean()) for p in np.unique(positions)}
 
 
+def _verdict(d: Mapping[str, Any]) -> str:
+    """The stored verdict of a paired difference (the t interval's); for reports written before verdicts were
+    stored, the same question asked of ``diff`` and ``2 se``."""
+    if "verdict" in d:
+        return str(d["verdict"])
+    se = d.get("se") or 0.0
+    if se > 0 and abs(d["diff"]) > 2 * se:
+        return "better" if d["diff"] > 0 else "worse"
+    return "within noise"
+
+
 def holdout_verdict(holdout: Mapping[str, Any]) -> str:
     """One honest sentence about the held-out mean: does the found curve beat base and best uniform?"""
     diffs = holdout["differences"]
@@ -122,15 +134,15 @@ def holdout_verdict(holdout: Mapping[str, Any]) -> str:
         if key not in diffs:
             continue
         d = diffs[key]["mean"]
-        se = d["se"] or 0.0
-        if se > 0 and d["diff"] > 2 * se:
+        verdict = _verdict(d)
+        if verdict == "better":
             word = "beat"
-        elif se > 0 and d["diff"] < -2 * se:
+        elif verdict == "worse":
             word = "are worse than"
         elif d["diff"] > 0:
-            word = "are ahead of, but within 2 SE of,"
+            word = "are ahead of, but within the 95 % interval of,"
         elif d["diff"] < 0:
-            word = "are behind, but within 2 SE of,"
+            word = "are behind, but within the 95 % interval of,"
         else:
             word = "equal"
         parts.append(f"{word} {label} ({describe_difference('diff', d).split(': ', 1)[1]})")
@@ -147,9 +159,8 @@ def holdout_verdict(holdout: Mapping[str, Any]) -> str:
     whole = diffs.get("found-base", {}).get("whole_answer")
     if whole is not None:
         d = whole["mean"]
-        se = d["se"] or 0.0
         detail = describe_difference("diff", d).split(": ", 1)[1]
-        if se > 0 and d["diff"] < -2 * se:
+        if _verdict(d) == "worse":
             text += (
                 f" Warning: over the whole answer (every token, not the first {holdout['k']}) they are worse than "
                 f"the unscaled model ({detail}): the score's gain does not carry to the full answer."

@@ -2,7 +2,7 @@
 
 A trial's control points give per-layer factors (:mod:`rope_adapter.search.bezier`); the factors are swapped
 into the one ``PeftModel`` of the worker with :func:`rope_adapter.set_factors` and the search samples, tokenised
-once (:func:`rope_adapter.search.scoring.prepare`), are scored:
+once (:func:`rope_adapter.scoring.shared_prefix.prepare`), are scored:
 
 - ``score="answer"`` (default): the benchmark's metric from one teacher-forced pass over the whole answer:
   ``exact + TIEBREAK * max(logprob, LOGPROB_FLOOR)`` per sample, where ``exact`` is 1 when every answer token is
@@ -41,10 +41,10 @@ import numpy as np
 import torch
 
 import rope_adapter
+from rope_adapter.scoring.generation import greedy_accuracy
+from rope_adapter.scoring.shared_prefix import TokenizedTask, TokenLogprobs, position_means, token_logprobs
 
 from .bezier import BezierSpace, factors_from_control_points
-from .generation import greedy_accuracy
-from .scoring import TokenizedTask, TokenLogprobs, position_means, token_logprobs
 
 ScoreKind = Literal["answer", "logprob", "accuracy"]
 ObjectiveKind = Literal["pareto", "weighted"]

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rope_adapter.scoring.paired import paired_difference
+
 from .objective import ObjectiveSpec
-from .paired import paired_difference
 from .report_md import markdown_summary
 
 if TYPE_CHECKING:
@@ -126,7 +127,9 @@ def choose(
     """(found, best uniform, base) trials on the search set.
 
     ``found`` is the best searched (non-baseline) trial on the Pareto front under ``select``; only when the study
-    holds no searched trial is it the best baseline. ``best uniform`` is the best enqueued uniform factor.
+    holds no searched trial is it the best baseline. ``best uniform`` is the best enqueued uniform factor scored in
+    full (uniform factors race only against other baselines, so the best one is scored in full unless the unscaled
+    model beat every one of them; then it is the best of their estimates).
     """
     usable = _usable(records)
     front = set(pareto_front(records, spec))
@@ -134,6 +137,9 @@ def choose(
     pool = [r for r in searched if r["number"] in front] or searched or usable
     found = max(pool, key=lambda r: select_key(r, spec, select)) if pool else None
     uniforms = [r for r in usable if r["baseline"] == "uniform"]
+    if not uniforms:  # every uniform factor raced out against the unscaled model: the best estimate among them
+        uniforms = [r for r in records if r["baseline"] == "uniform" and r["state"] == "COMPLETE" and r["evaluated"]]
+        uniforms = [r for r in uniforms if r["feasible"]]
     best_uniform = max(uniforms, key=lambda r: select_key(r, spec, select)) if uniforms else None
     base = next((r for r in records if r["baseline"] == "base" and r["state"] == "COMPLETE"), None)
     return found, best_uniform, base
@@ -271,8 +277,14 @@ def build_report(
         ids = [s.record_id for s in worker.search.samples]
         for name, other in (("base", base), ("best_uniform", best_uniform)):
             if other is not None and other.get("sample_scores") and found.get("sample_scores"):
+                # a raced-out baseline was scored on a prefix of the records: pair on the records both have
+                n = min(len(found["sample_scores"]), len(other["sample_scores"]))
                 search_comparison[f"found-{name}"] = paired_difference(
-                    np.array(found["sample_scores"]), np.array(other["sample_scores"]), positions, ids, settings.seed
+                    np.array(found["sample_scores"][:n]),
+                    np.array(other["sample_scores"][:n]),
+                    positions[:n],
+                    ids[:n],
+                    settings.seed,
                 )
     return {
         "format": "rope-adapter search report 1",
@@ -428,7 +440,7 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
     adapter = out / "adapter"
     carried = report.get("holdout") and (adapter / "adapter_config.json").is_file()
     if carried:
-        from .results_table import ResultsTable
+        from rope_adapter.scoring.results_table import ResultsTable
 
         ResultsTable.from_search_holdout(_finite(report)).write(adapter)
     (out / SUMMARY_NAME).write_text(markdown_summary(report))

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    pass
+from rope_adapter.scoring.numbers import fmt, fmt_interval
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+def _diff_cell(d: Mapping[str, Any]) -> str:
+    """A paired difference with its 95 % interval (``± se`` for reports written before intervals were stored)."""
+    if d.get("ci_low") is not None:
+        return fmt_interval(d["diff"], d["ci_low"], d["ci_high"], 3, sign=True)
+    return f"{fmt(d['diff'], 3, sign=True)} ± {fmt(d.get('se'))}"
 
 
 def _found_label(chosen: Mapping[str, Any] | None) -> str:
@@ -45,11 +43,11 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         f"({study['evaluated']} scored, {study['infeasible']} infeasible and not scored, {study['failed']} failed; "
         f"{study.get('repeats_pruned', 0)} repeated proposals pruned without scoring), "
         f"{study['sampler']}, seed {study['seed']}, {s['workers']} worker(s) on {timing['device']} ({timing['dtype']})",
-        f"- throughput: {_fmt(timing['trials_per_minute_this_run'], 2)} trials/min this run "
+        f"- throughput: {fmt(timing['trials_per_minute_this_run'], 2)} trials/min this run "
         f"({timing['trials_this_run']} trials in {timing['search_seconds_this_run']:.0f} s), "
-        f"{_fmt(timing['evaluated_trials_per_minute_study'], 2)} scored trials/min over the study; "
-        f"{_fmt(timing['median_eval_seconds'], 1)} s per scored trial = "
-        f"{_fmt(timing['seconds_per_scored_sample'], 2)} s per scored sample "
+        f"{fmt(timing['evaluated_trials_per_minute_study'], 2)} scored trials/min over the study; "
+        f"{fmt(timing['median_eval_seconds'], 1)} s per scored trial = "
+        f"{fmt(timing['seconds_per_scored_sample'], 2)} s per scored sample "
         f"({timing['search_samples']} samples, tokens per trial {timing['tokens_per_trial']})",
         "",
     ]
@@ -74,8 +72,8 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         obj = rec["objectives"] or {}
         lines.append(
             f"| {label} | "
-            + " | ".join(_fmt(bp.get(p)) for p in positions)
-            + f" | {_fmt(obj.get('mean'))} | {_fmt(obj.get('worst'))} |"
+            + " | ".join(fmt(bp.get(p)) for p in positions)
+            + f" | {fmt(obj.get('mean'))} | {fmt(obj.get('worst'))} |"
         )
     if chosen is not None and chosen.get("warning"):
         lines += ["", f"**Warning:** {chosen['warning']}"]
@@ -95,15 +93,13 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
                     acc = cfg["tf_accuracy_by_position"]
                     lines.append(
                         f"| {name} | "
-                        + " | ".join(_fmt(acc.get(p), 2) for p in positions)
+                        + " | ".join(fmt(acc.get(p), 2) for p in positions)
                         + f" | {cfg['tf_accuracy']:.3f} |"
                     )
             rows = [(k, d["tf_accuracy"]) for k, d in holdout["differences"].items() if d.get("tf_accuracy")]
             for label, d in rows:
-                cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
-                lines.append(
-                    f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} |"
-                )
+                cells = [_diff_cell(d["by_position"][p]) for p in positions]
+                lines.append(f"| {label} | " + " | ".join(cells) + f" | {_diff_cell(d['mean'])} |")
             lines += ["", f"Score ({holdout['score']}):", ""]
         lines += [
             "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
@@ -118,12 +114,13 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
             bp = cfg["by_position"]
             lines.append(
                 f"| {label} | "
-                + " | ".join(_fmt(bp.get(p)) for p in positions)
-                + f" | {_fmt(cfg['mean'])} | {_fmt(cfg['worst'])} |"
+                + " | ".join(fmt(bp.get(p)) for p in positions)
+                + f" | {fmt(cfg['mean'])} | {fmt(cfg['worst'])} |"
             )
         lines += [
             "",
-            "Paired differences (± standard error; mean over positions paired by record, worst position with a bootstrap SE):",
+            "Paired differences with 95 % t intervals (per position over samples; the mean over positions paired by "
+            "record; the worst position ± a bootstrap standard error over records):",
             "",
         ]
         lines.append("| difference | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |")
@@ -131,11 +128,11 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         rows = [(key, d) for key, d in holdout["differences"].items()]
         rows += [(f"{key}, whole answer", d["whole_answer"]) for key, d in rows if d.get("whole_answer")]
         for label, d in rows:
-            cells = [f"{d['by_position'][p]['diff']:+.3f} ± {_fmt(d['by_position'][p]['se'])}" for p in positions]
+            cells = [_diff_cell(d["by_position"][p]) for p in positions]
             w = d["worst"]
             lines.append(
-                f"| {label} | " + " | ".join(cells) + f" | {d['mean']['diff']:+.3f} ± {_fmt(d['mean']['se'])} | "
-                f"{w['diff']:+.3f} ± {_fmt(w['se_bootstrap'])} |"
+                f"| {label} | " + " | ".join(cells) + f" | {_diff_cell(d['mean'])} | "
+                f"{fmt(w['diff'], 3, sign=True)} ± {fmt(w['se_bootstrap'])} |"
             )
         if any("accuracy_by_position" in c for c in holdout["configs"].values()):
             lines += ["", "Greedy accuracy (the benchmark's rule):", ""]

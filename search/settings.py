@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.scoring.tasks import available_tasks, canonical_task_name
+
 from .bezier import X_MODES, BezierSpace
 from .objective import (
     LayerBound,
@@ -18,7 +20,6 @@ from .objective import (
     UserConstraint,
 )
 from .racing import stage_ends
-from .tasks import available_tasks, canonical_task_name
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class SearchSettings:
         None, "CPU threads per worker (default: torch's default; with several CPU workers, cores / workers)."
     )
     # -- task ----------------------------------------------------------------------------------------------
-    task: str = _f("kv-retrieval", "Fitness task: kv-retrieval, passkey or mdqa (see rope_adapter.search.tasks).")
+    task: str = _f("kv-retrieval", "Fitness task: kv-retrieval, passkey or mdqa (see rope_adapter.scoring.tasks).")
     data: str | None = _f(
         None, "Data file of the task (Lost in the Middle .jsonl(.gz)); kv-retrieval and passkey generate records."
     )

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rope_adapter.scoring.tasks import Task
+
 from .data import load_split, perplexity_text_path
 from .objective import (
     Evaluator,
@@ -20,16 +22,15 @@ from .objective import (
 )
 from .racing import stage_ends
 from .settings import SearchError, SearchSettings
-from .tasks import Task
 
 logger = logging.getLogger(__name__)
 
 
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when available, else ``cpu``; an unknown or unavailable device is a
-    :class:`SearchError` (the one device rule of :func:`rope_adapter.search.loading.resolve_device`)."""
-    from .loading import EvalError
-    from .loading import resolve_device as resolve
+    :class:`SearchError` (the one device rule of :func:`rope_adapter.scoring.loading.resolve_device`)."""
+    from rope_adapter.scoring.loading import EvalError
+    from rope_adapter.scoring.loading import resolve_device as resolve
 
     try:
         return str(resolve(device))
@@ -38,21 +39,21 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` elsewhere (:func:`rope_adapter.search.loading.resolve_dtype`)."""
-    from .loading import resolve_dtype as resolve
+    """``auto`` -> ``bfloat16`` on CUDA, ``float32`` elsewhere (:func:`rope_adapter.scoring.loading.resolve_dtype`)."""
+    from rope_adapter.scoring.loading import resolve_dtype as resolve
 
     return str(resolve(dtype, device)).replace("torch.", "")
 
 
 def read_num_layers(settings: SearchSettings) -> int:
     """Decoder layer count from the model's config (light: no weights are loaded)."""
-    from transformers import AutoConfig
-
-    from rope_adapter.embedded import resolve_model_path
+    from rope_adapter.scoring.loading import EvalError, load_model_config
 
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(settings.model))
-    except Exception as exc:  # noqa: BLE001 - transformers raises OSError/ValueError/HF errors
+        _, config = load_model_config(settings.model)
+    except EvalError as exc:
+        raise SearchError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the Hub client raises its own error types
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SearchError(f"cannot read the config of model {settings.model!r}: {first}") from None
     config = getattr(config, "text_config", None) or config
@@ -65,8 +66,7 @@ def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, 
     from transformers import AutoModelForCausalLM
 
     from rope_adapter.embedded import resolve_model_path
-
-    from .loading import load_tokenizer
+    from rope_adapter.scoring.loading import load_tokenizer
 
     path = resolve_model_path(settings.model)
     kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
@@ -135,9 +135,8 @@ def make_worker(
     from peft import get_peft_model
 
     from rope_adapter import LrsConfig
-
-    from .scoring import prepare
-    from .tasks import PerplexityTask
+    from rope_adapter.scoring.shared_prefix import prepare
+    from rope_adapter.scoring.tasks import PerplexityTask
 
     torch.manual_seed(settings.seed)
     device = resolve_device(settings.device)
@@ -152,7 +151,7 @@ def make_worker(
         model, tokenizer = load_model(settings, device, dtype)
     elif tokenizer is None:
         raise SearchError("a model object needs its tokenizer too (run_search(settings, model=..., tokenizer=...))")
-    from .variants import quiet_peft
+    from rope_adapter.scoring.variants import quiet_peft
 
     with quiet_peft():
         peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
@@ -230,8 +229,7 @@ def check_prompt_lengths(
     from transformers import AutoConfig, AutoTokenizer
 
     from rope_adapter.embedded import resolve_model_path
-
-    from .tasks import apply_chat_template
+    from rope_adapter.scoring.tasks import apply_chat_template
 
     try:
         config = model.config if model is not None else AutoConfig.from_pretrained(resolve_model_path(settings.model))

@@ -15,8 +15,8 @@ from peft import get_peft_model
 from tiny_models import tiny_model
 
 from rope_adapter import LrsConfig
-from rope_adapter.search.evaluation import PositionResults
-from rope_adapter.search.variants import Variant
+from rope_adapter.evaluate.evaluation import PositionResults
+from rope_adapter.scoring.variants import Variant
 
 FACTORS = [1.0, 1.125, 1.375, 1.5]
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"

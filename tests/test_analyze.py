@@ -11,7 +11,9 @@ from peft import get_peft_model
 from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import LrsConfig
-from rope_adapter.analysis import (
+from rope_adapter.cli import main
+from rope_adapter.evaluate import evaluation as ev
+from rope_adapter.evaluate.analysis import (
     REGIONS,
     decay_curves,
     eager_attention,
@@ -21,9 +23,7 @@ from rope_adapter.analysis import (
     relative_upper_bound,
     rope_inv_freq,
 )
-from rope_adapter.cli import main
-from rope_adapter.search import evaluation as ev
-from rope_adapter.search.variants import build_variant, parse_variant
+from rope_adapter.scoring.variants import build_variant, parse_variant
 
 # ---------------------------------------------------------------------------------------------------- decay bound
 

@@ -11,7 +11,7 @@ from card_folders import FACTORS, factor_table, front_matter, make_adapter, make
 from rope_adapter.cli import main
 from rope_adapter.export.card import CardError, build_card
 from rope_adapter.export.card_data import public_base_model, public_json, public_text
-from rope_adapter.search.results_table import ResultsTable, ResultsTableError
+from rope_adapter.scoring.results_table import ResultsTable, ResultsTableError
 
 
 def test_card_of_custom_code_export(tmp_path):

@@ -22,8 +22,8 @@ from rope_adapter.export import export_model
 from rope_adapter.export.card import build_card
 from rope_adapter.export.card_data import read_folder
 from rope_adapter.export.hub import publishable_files, push_folder
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
 from rope_adapter.search import run_search
-from rope_adapter.search.results_table import RESULTS_TABLE_NAME, ResultsTable
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w/.~<>-])/(?:tmp|home|root|var|private|Users|work)/")
 

@@ -19,21 +19,21 @@ from tiny_models import byte_tokenizer, tiny_model
 import rope_adapter
 from rope_adapter import AdapterMismatchError, LrsConfig
 from rope_adapter.cli import main
-from rope_adapter.search import evaluation as ev
-from rope_adapter.search.extrapolation import (
+from rope_adapter.evaluate import evaluation as ev
+from rope_adapter.evaluate.extrapolation import (
     default_extrapolation_variants,
     evaluate_lengths,
     length_windows,
     parse_lengths,
     window_logprobs,
 )
-from rope_adapter.search.intervals import (
+from rope_adapter.scoring.intervals import (
     mean_interval,
     paired_difference,
     proportion_interval,
     t_quantile,
 )
-from rope_adapter.search.variants import (
+from rope_adapter.scoring.variants import (
     VariantError,
     build_variant,
     check_variants,
@@ -261,7 +261,7 @@ def test_variant_equal_to_base_scores_identically(position_result):
 
 
 def test_held_out_records_are_the_other_side_of_the_search_split():
-    from rope_adapter.search.tasks import KVRetrievalTask, split_records
+    from rope_adapter.scoring.tasks import KVRetrievalTask, split_records
 
     _, held = ev.make_task_samples(
         "kv_retrieval", num_samples=3, num_pairs=3, num_positions=2, seed=4, held_out_after=3

@@ -8,9 +8,9 @@ from peft import get_peft_model
 
 import rope_adapter
 from rope_adapter import LrsConfig
-from rope_adapter.search.generation import greedy_accuracy
-from rope_adapter.search.scoring import prepare, token_logprobs
-from rope_adapter.search.tasks import KVRetrievalTask
+from rope_adapter.scoring.generation import greedy_accuracy
+from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
+from rope_adapter.scoring.tasks import KVRetrievalTask
 
 pytestmark = pytest.mark.integration
 

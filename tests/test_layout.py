@@ -8,7 +8,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = {
     "rope_adapter": "rope_adapter",
+    "scoring": "rope_adapter.scoring",
     "search": "rope_adapter.search",
+    "evaluate": "rope_adapter.evaluate",
     "export": "rope_adapter.export",
     "cli": "rope_adapter.cli",
 }
@@ -89,3 +91,42 @@ def test_nothing_below_the_cli_imports_it():
         if not name.startswith("rope_adapter.cli")
     }
     assert not {k: v for k, v in offenders.items() if v}
+
+
+FLOORS = {  # a room may import its own modules and the rooms listed here (the CLI, on top, may import any)
+    "rope_adapter": set(),
+    "rope_adapter.scoring": {"rope_adapter"},
+    "rope_adapter.search": {"rope_adapter", "rope_adapter.scoring"},
+    "rope_adapter.evaluate": {"rope_adapter", "rope_adapter.scoring"},
+    "rope_adapter.export": {"rope_adapter", "rope_adapter.scoring"},
+}
+
+
+def _room(name: str) -> str:
+    return max((p for p in ROOMS.values() if name == p or name.startswith(p + ".")), key=len)
+
+
+def test_rooms_import_only_the_floors_below():
+    modules = _modules()
+    wrong = sorted(
+        f"{name} -> {dep}"
+        for name, path in modules.items()
+        if _room(name) in FLOORS
+        for dep in _imports(name, path, modules)
+        if _room(dep) != _room(name) and _room(dep) not in FLOORS[_room(name)]
+    )
+    assert not wrong, f"imports across rooms that the layout does not allow: {wrong}"
+
+
+def test_the_core_knows_nothing_of_optuna_or_the_hub():
+    third = {"optuna", "huggingface_hub", "matplotlib", "jinja2"}
+    found = sorted(
+        f"{name} -> {node_name}"
+        for name, path in _modules().items()
+        if _room(name) == "rope_adapter"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for node_name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        if node_name.split(".")[0] in third
+    )
+    assert not found, f"the core imports {found}"

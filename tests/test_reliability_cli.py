@@ -16,8 +16,8 @@ from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import LrsConfig
 from rope_adapter.cli import main
+from rope_adapter.evaluate import evaluation as ev
 from rope_adapter.export import bake, staging
-from rope_adapter.search import evaluation as ev
 
 LAYERS = 3
 
@@ -115,7 +115,7 @@ def test_analyze_odd_head_dim_is_one_line(tmp_path, capsys, head_dim):
 
 def test_analysis_api_raises_typed_errors():
     from rope_adapter import LrsError
-    from rope_adapter.analysis import relative_upper_bound
+    from rope_adapter.evaluate.analysis import relative_upper_bound
 
     with pytest.raises(LrsError, match="head_dim must be an even number"):
         relative_upper_bound([1, 2], head_dim=7)
@@ -258,7 +258,7 @@ def test_eval_api_names_a_bad_device_and_a_config_without_model_type(tmp_path):
 
 @pytest.mark.parametrize("spec", ["uniform:1e39", "uniform:1e-300", "linear:5000", "dynamic:nan"])
 def test_variant_factors_outside_the_core_range_are_refused_by_the_api(spec):
-    from rope_adapter.search.variants import VariantError, parse_variant
+    from rope_adapter.scoring.variants import VariantError, parse_variant
 
     with pytest.raises(VariantError, match=r"in \[0.001, 1000\]"):
         parse_variant(spec)

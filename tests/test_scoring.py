@@ -11,10 +11,10 @@ from tiny_models import byte_tokenizer, tiny_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from rope_adapter.search.generation import GreedyResult, greedy_accuracy, greedy_generate
+from rope_adapter.scoring.generation import GreedyResult, greedy_accuracy, greedy_generate
+from rope_adapter.scoring.shared_prefix import TokenLogprobs, gold_logprob, mean_by_position, prepare, token_logprobs
+from rope_adapter.scoring.tasks import KVRetrievalTask, PasskeyTask, PerplexityTask, Sample, apply_chat_template
 from rope_adapter.search.k_selection import select_k
-from rope_adapter.search.scoring import TokenLogprobs, gold_logprob, mean_by_position, prepare, token_logprobs
-from rope_adapter.search.tasks import KVRetrievalTask, PasskeyTask, PerplexityTask, Sample, apply_chat_template
 
 ATOL = 1e-4
 

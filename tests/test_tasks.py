@@ -1,4 +1,4 @@
-"""Fitness tasks: exact benchmark prompts, positions, data validation, splits (rope_adapter.search.tasks)."""
+"""Fitness tasks: exact benchmark prompts, positions, data validation, splits (rope_adapter.scoring.tasks)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import re
 import pytest
 from tiny_models import byte_tokenizer
 
-from rope_adapter.search.tasks import (
+from rope_adapter.scoring.tasks import (
     KVRetrievalTask,
     MDQATask,
     PasskeyTask,
@@ -26,8 +26,8 @@ from rope_adapter.search.tasks import (
     register_task,
     split_records,
 )
-from rope_adapter.search.tasks.kv_retrieval import format_kv_records, kv_prompt, random_uuid4
-from rope_adapter.search.tasks.mdqa import Document, qa_prompt
+from rope_adapter.scoring.tasks.kv_retrieval import format_kv_records, kv_prompt, random_uuid4
+from rope_adapter.scoring.tasks.mdqa import Document, qa_prompt
 
 UUID4 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 

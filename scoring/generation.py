@@ -1,6 +1,6 @@
 """Greedy generation with the shared-prefix KV cache, and greedy accuracy under a task's rule.
 
-The teacher-forced pass (:func:`rope_adapter.search.scoring.token_logprobs`) gives the same verdict as greedy
+The teacher-forced pass (:func:`rope_adapter.scoring.shared_prefix.token_logprobs`) gives the same verdict as greedy
 decoding without a decode loop (``TokenLogprobs.exact``); this module is the real decode loop, for benchmark
 accuracy and for checking that agreement. Sliding-window models: generation groups its items by continuation
 length, since padding between a query and generated tokens would shorten a sliding window measured in cache slots.
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .scoring import (
+from .shared_prefix import (
     TokenizedTask,
     _cache_of,
     _chunks,

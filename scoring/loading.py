@@ -50,6 +50,13 @@ def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
     from rope_adapter.embedded import resolve_model_path
 
     path = resolve_model_path(name_or_path)
+    text = str(path)
+    looks_local = text.startswith(("/", ".", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text
+    if looks_local and not os.path.exists(os.path.expanduser(text)):
+        raise EvalError(
+            f"model folder {str(name_or_path)!r} does not exist; give a model folder, a Hub id (org/name) or an "
+            "embedded model's name (smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct)"
+        )
     try:
         return path, AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:  # ValueError: a config.json without a known model_type

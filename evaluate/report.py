@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .metrics import METRICS
+from rope_adapter.scoring.metrics import METRICS
+from rope_adapter.scoring.numbers import fmt
 
 VERDICT_NOTE = (
     "Differences are paired over the same samples; *within noise* means the 95 % confidence interval of the "
@@ -14,14 +15,10 @@ VERDICT_NOTE = (
 )
 
 
-def _num(value: float | None, digits: int) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def _cell(entry: Mapping[str, Any], digits: int) -> str:
     if entry.get("ci_low") is None:
-        return _num(entry["mean"], digits)
-    return f"{_num(entry['mean'], digits)} [{_num(entry['ci_low'], digits)}, {_num(entry['ci_high'], digits)}]"
+        return fmt(entry["mean"], digits)
+    return f"{fmt(entry['mean'], digits)} [{fmt(entry['ci_low'], digits)}, {fmt(entry['ci_high'], digits)}]"
 
 
 def _diff(entry: Mapping[str, Any], digits: int) -> str:

@@ -38,9 +38,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from rope_adapter.scoring.intervals import CONFIDENCE, mean_interval, paired_difference
+from rope_adapter.scoring.variants import AdapterPlan, Variant, describe_variant
+
 from .evaluation import EvalError, environment, iter_variants, make_task, write_results
-from .intervals import CONFIDENCE, mean_interval, paired_difference
-from .variants import AdapterPlan, Variant, describe_variant
 
 _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
@@ -245,8 +246,8 @@ class LengthResults:
 
     def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
         """Write results.json, results.md and (with ``plot``) lengths.png into ``out_dir``."""
-        from .plots_eval import plot_lengths
-        from .report_eval import lengths_markdown
+        from .plots import plot_lengths
+        from .report import lengths_markdown
 
         return write_results(out_dir, self.to_dict(), plot_lengths, lengths_markdown, "lengths.png", plot)
 

@@ -4,7 +4,7 @@ A task turns records (a set of key-value pairs, a question with documents, a pas
 :class:`Sample` objects. A sample is a prompt cut in two, ``prefix + query``, plus the gold continuation
 ``target`` that scoring teacher-forces and the gold ``answers`` that greedy scoring checks. Samples of the same
 record with the same ``prefix`` are scored against ONE forward pass of that prefix (see
-``rope_adapter.search.scoring``), so tasks put everything that does not depend on the gold position into the
+``rope_adapter.scoring.shared_prefix``), so tasks put everything that does not depend on the gold position into the
 prefix.
 """
 
@@ -67,7 +67,7 @@ class Task(ABC):
     """A fitness task: loads records, builds samples, judges greedy answers.
 
     Subclasses are dataclasses whose fields are the task's settings (validated in ``__post_init__``, before any
-    data is read) and register themselves with :func:`rope_adapter.search.tasks.register_task`.
+    data is read) and register themselves with :func:`rope_adapter.scoring.tasks.register_task`.
     """
 
     name: ClassVar[str] = ""

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .errors import LrsError
+from rope_adapter.errors import LrsError
 
 REGIONS = ("beginning", "middle", "end")
 

@@ -148,6 +148,29 @@ def proportion_interval(values: Sequence[float] | np.ndarray, confidence: float 
     return Interval(p, min(low, p), max(high, p), n)  # guard the last ulp: the interval contains p
 
 
+def difference_from_se(
+    diff: float, se: float | None, n: int | None, *, higher_is_better: bool = True, confidence: float = CONFIDENCE
+) -> Difference:
+    """A mean difference with its standard error as a Student-t interval (df = n - 1) and a verdict: the one
+    rule every paired comparison in the project uses.
+
+    The verdict is "identical" when the difference and its standard error are exactly 0, "within noise" when the
+    interval includes 0, "better"/"worse" when it excludes 0 (by ``higher_is_better``), and "n/a" without a
+    standard error (fewer than two samples).
+    """
+    if se is None or n is None or n < 2 or not math.isfinite(se):
+        return Difference(float(diff), None, None, int(n or 0), "n/a")
+    if se == 0 and diff == 0:
+        return Difference(0.0, 0.0, 0.0, int(n), "identical")
+    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * se
+    low, high = diff - half, diff + half
+    if low <= 0.0 <= high:
+        verdict = "within noise"
+    else:
+        verdict = "better" if (low > 0.0) == higher_is_better else "worse"
+    return Difference(float(diff), low, high, int(n), verdict)
+
+
 def paired_difference(
     values: Sequence[float] | np.ndarray,
     reference: Sequence[float] | np.ndarray,
@@ -155,23 +178,16 @@ def paired_difference(
     higher_is_better: bool = True,
     confidence: float = CONFIDENCE,
 ) -> Difference:
-    """``values - reference`` per sample, summarised with a t interval and a verdict.
-
-    The verdict is "identical" when every difference is exactly 0, "within noise" when the interval includes 0,
-    "better"/"worse" when it excludes 0 (by ``higher_is_better``), and "n/a" with fewer than two samples.
-    """
+    """``values - reference`` per sample, summarised by :func:`difference_from_se` (mean, ``sd / sqrt(n)``)."""
     a, b = np.asarray(values, dtype=np.float64), np.asarray(reference, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired values need the same samples, got {a.shape} and {b.shape}")
     diff = a - b
-    if diff.size and not diff.any():
+    if diff.size == 0:
+        raise ValueError("no values to summarise")
+    if not diff.any():
         return Difference(0.0, 0.0, 0.0, int(diff.size), "identical")
-    interval = mean_interval(diff, confidence)
-    if interval.low is None or interval.high is None:
-        verdict = "n/a"
-    elif interval.low <= 0.0 <= interval.high:
-        verdict = "within noise"
-    else:
-        up = interval.low > 0.0
-        verdict = "better" if up == higher_is_better else "worse"
-    return Difference(interval.mean, interval.low, interval.high, interval.n, verdict)
+    se = float(diff.std(ddof=1)) / math.sqrt(diff.size) if diff.size > 1 else None
+    return difference_from_se(
+        float(diff.mean()), se, int(diff.size), higher_is_better=higher_is_better, confidence=confidence
+    )

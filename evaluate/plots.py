@@ -17,7 +17,7 @@ from typing import Any
 
 import matplotlib
 
-from .metrics import METRICS
+from rope_adapter.scoring.metrics import METRICS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

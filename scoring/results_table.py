@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .intervals import CONFIDENCE, proportion_interval, t_quantile
+from .intervals import CONFIDENCE, difference_from_se, proportion_interval
 
 __all__ = [
     "RESULTS_TABLE_NAME",
@@ -450,16 +450,10 @@ def _weighted_mean(row: Mapping[str, Any], counts: Mapping[str, int]) -> float |
 
 
 def t_difference(diff: float, se: float | None, n: int | None, confidence: float = CONFIDENCE) -> Diff:
-    """A difference with its standard error as a Student-t interval (df = n - 1) and the verdict of
-    :func:`rope_adapter.search.intervals.paired_difference`."""
-    if se is None or n is None or n < 2 or not math.isfinite(se):
-        return Diff(diff=diff, n=n, verdict="n/a")
-    if se == 0 and diff == 0:
-        return Diff(diff=0.0, low=0.0, high=0.0, n=n, verdict="identical")
-    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * se
-    low, high = diff - half, diff + half
-    verdict = "within noise" if low <= 0.0 <= high else ("better" if low > 0 else "worse")
-    return Diff(diff=diff, low=low, high=high, n=n, verdict=verdict)
+    """A difference with its standard error as a :class:`Diff`, by the project's one rule
+    (:func:`rope_adapter.scoring.intervals.difference_from_se`)."""
+    d = difference_from_se(diff, se, n, confidence=confidence)
+    return Diff(diff=d.mean, low=d.low, high=d.high, n=n, verdict=d.verdict)
 
 
 def _holdout_comparison(a: str, b: str, entry: Mapping[str, Any], confidence: float) -> Comparison:

@@ -22,7 +22,7 @@ ones, in which case the merged token counts as the first target token (``Tokeniz
 False for that sample and a warning is given). A target starting at token 0 (no BOS, empty prompt, as for
 perplexity) is scored from its second token.
 
-Greedy decoding lives in :mod:`rope_adapter.search.generation`, the choice of k in
+Greedy decoding lives in :mod:`rope_adapter.scoring.generation`, the choice of k in
 :mod:`rope_adapter.search.k_selection`.
 """
 

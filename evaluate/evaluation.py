@@ -2,8 +2,8 @@
 
 The Python side of ``rope-adapter eval`` (tasks kv_retrieval, passkey, mdqa)::
 
-    from rope_adapter.search.evaluation import evaluate_positions, load_model, make_task_samples
-    from rope_adapter.search.variants import check_variants, parse_variants
+    from rope_adapter.evaluate.evaluation import evaluate_positions, load_model, make_task_samples
+    from rope_adapter.scoring.variants import check_variants, parse_variants
 
     variants = parse_variants("base,uniform:1.05,adapter:out/adapter")
     plans = check_variants(variants, config)              # reads adapters, checks them against the config
@@ -13,7 +13,7 @@ The Python side of ``rope-adapter eval`` (tasks kv_retrieval, passkey, mdqa)::
     result.write("eval-out")                              # results.json, results.md, positions.png
 
 Both scores of the search are computed on exactly the same samples for every variant (one tokenisation, see
-``rope_adapter.search.scoring``): greedy accuracy by the task's benchmark rule, and the teacher-forced gold
+``rope_adapter.scoring.shared_prefix``): greedy accuracy by the task's benchmark rule, and the teacher-forced gold
 log-probability (mean natural log-probability of the target's tokens, or of its first ``logprob_tokens``).
 Each variant shares the loaded model's weights (``variants.build_variant``), so the base model is never changed.
 
@@ -39,19 +39,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from .generation import greedy_accuracy
-from .intervals import CONFIDENCE, Interval, paired_difference
-from .loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
-from .loading import EvalError
-from .loading import load_model as load_model
-from .loading import load_model_config as load_model_config
-from .loading import load_tokenizer as load_tokenizer
-from .loading import resolve_device as resolve_device
-from .loading import resolve_dtype as resolve_dtype
-from .metrics import METRICS as METRICS  # re-exported: the CLI reads evaluation.METRICS
-from .scoring import TokenizedTask, prepare, token_logprobs
-from .tasks import Sample, Task, get_task, split_records
-from .variants import AdapterPlan, Variant, build_variant, describe_variant
+from rope_adapter.scoring.generation import greedy_accuracy
+from rope_adapter.scoring.intervals import CONFIDENCE, Interval, paired_difference
+from rope_adapter.scoring.loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
+from rope_adapter.scoring.loading import EvalError
+from rope_adapter.scoring.loading import load_model as load_model
+from rope_adapter.scoring.loading import load_model_config as load_model_config
+from rope_adapter.scoring.loading import load_tokenizer as load_tokenizer
+from rope_adapter.scoring.loading import resolve_device as resolve_device
+from rope_adapter.scoring.loading import resolve_dtype as resolve_dtype
+from rope_adapter.scoring.metrics import METRICS as METRICS  # re-exported: the CLI reads evaluation.METRICS
+from rope_adapter.scoring.shared_prefix import TokenizedTask, prepare, token_logprobs
+from rope_adapter.scoring.tasks import Sample, Task, get_task, split_records
+from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
 POSITION_TASKS = ("kv_retrieval", "passkey", "mdqa")
 # ---------------------------------------------------------------------------------------------------- samples
@@ -233,8 +233,8 @@ class PositionResults:
 
     def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
         """Write results.json, results.md and (with ``plot``) positions.png into ``out_dir``."""
-        from .plots_eval import plot_positions
-        from .report_eval import positions_markdown
+        from .plots import plot_positions
+        from .report import positions_markdown
 
         return write_results(out_dir, self.to_dict(), plot_positions, positions_markdown, "positions.png", plot)
 
@@ -262,7 +262,7 @@ def write_results(
         paths["plot"] = plot_fn(data, out / plot_name)
     paths["markdown"].write_text(markdown_fn(data, plot_name=plot_name if plot else None))
     if data.get("kind") == "positions":  # the typed table the model card and the demo report read
-        from .results_table import ResultsTable
+        from rope_adapter.scoring.results_table import ResultsTable
 
         paths["table"] = ResultsTable.from_eval_results(data).write(out)
     return paths

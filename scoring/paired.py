@@ -1,8 +1,12 @@
 """Paired differences of per-sample scores between two configurations scored on the same held-out samples.
 
-- per gold position: mean difference of the per-sample scores and its standard error ``sd(d) / sqrt(n)``;
+Per position and for the mean, the interval and verdict come from the project's one rule,
+:func:`rope_adapter.scoring.intervals.paired_difference` (Student-t over the paired differences), the rule
+``rope-adapter eval`` uses too:
+
+- per gold position: mean difference of the per-sample scores, ``se = sd(d) / sqrt(n)``, its 95 % interval;
 - mean over positions: each record's mean over its positions, differenced, so samples of one record (which share
-  their context) count once: mean and ``sd / sqrt(records)``;
+  their context) count once: mean, ``se = sd / sqrt(records)`` and its interval;
 - worst position: the difference of the worst position means, with a bootstrap standard error over records
   (seeded, :data:`BOOTSTRAP_SAMPLES` resamples).
 """
@@ -15,11 +19,20 @@ from typing import Any
 
 import numpy as np
 
+from .intervals import paired_difference as t_paired
+from .numbers import fmt, fmt_interval
+
 BOOTSTRAP_SAMPLES = 2000
 
 
 def _se(values: np.ndarray) -> float | None:
     return float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None
+
+
+def _entry(diff: np.ndarray, count_key: str = "n") -> dict[str, Any]:
+    """diff, se, the t interval and verdict of paired differences (one per sample or per record)."""
+    d = t_paired(diff, np.zeros_like(diff))
+    return {"diff": d.mean, "se": _se(diff), count_key: d.n, "ci_low": d.low, "ci_high": d.high, "verdict": d.verdict}
 
 
 def paired_difference(
@@ -36,8 +49,7 @@ def paired_difference(
     levels = np.unique(positions)
     by_position = {}
     for p in levels:
-        d = diff[positions == p]
-        by_position[str(int(p))] = {"diff": float(d.mean()), "se": _se(d), "n": int(len(d))}
+        by_position[str(int(p))] = _entry(diff[positions == p])
     records = list(dict.fromkeys(record_ids))
     index = {r: i for i, r in enumerate(records)}
     rows = np.array([index[r] for r in record_ids])
@@ -58,7 +70,7 @@ def paired_difference(
     boots_arr = np.array([x for x in boots if np.isfinite(x)])
     return {
         "by_position": by_position,
-        "mean": {"diff": float(record_diff.mean()), "se": _se(record_diff), "n_records": len(records)},
+        "mean": _entry(record_diff, "n_records"),
         "worst": {"diff": worst, "se_bootstrap": float(boots_arr.std(ddof=1)) if len(boots_arr) > 1 else None},
     }
 
@@ -76,8 +88,12 @@ class _ignore_nan_warnings:
 
 
 def describe_difference(name: str, d: Mapping[str, Any]) -> str:
-    """``"found - base: +0.052 ± 0.021 (2.5 SE)"``."""
+    """``"found - base: +0.052 [+0.010, +0.094] (2.5 SE)"`` (``± se`` when no interval was stored)."""
     se = d.get("se")
     if se is None or se == 0:
-        return f"{name}: {d['diff']:+.4f}"
-    return f"{name}: {d['diff']:+.4f} ± {se:.4f} ({d['diff'] / se:+.1f} SE)"
+        return f"{name}: {fmt(d['diff'], 4, sign=True)}"
+    if d.get("ci_low") is not None:
+        text = fmt_interval(d["diff"], d["ci_low"], d["ci_high"], 4, sign=True)
+    else:
+        text = f"{fmt(d['diff'], 4, sign=True)} ± {fmt(se, 4)}"
+    return f"{name}: {text} ({d['diff'] / se:+.1f} SE)"

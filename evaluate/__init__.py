@@ -1,0 +1,33 @@
+"""Evaluation: accuracy and log-probability by gold position for named factor variants, length extrapolation,
+attention analysis, and their reports and plots.
+
+``from rope_adapter.evaluate import EvalSettings, run_eval`` runs what ``rope-adapter eval`` runs. The heavy
+modules (torch, transformers, matplotlib) load only when their names are used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rope_adapter.scoring.loading import EvalError
+
+    from .run import EvalResult, EvalSettings, run_eval
+
+_LAZY = {
+    "EvalError": "rope_adapter.scoring.loading",
+    "EvalResult": ".run",
+    "EvalSettings": ".run",
+    "run_eval": ".run",
+}
+
+__all__ = ["EvalError", "EvalResult", "EvalSettings", "run_eval"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(module, __name__), name)

@@ -1,0 +1,335 @@
+"""``run_eval(EvalSettings)``: what ``rope-adapter eval`` runs, from Python.
+
+    from rope_adapter.evaluate import EvalSettings, run_eval
+    result = run_eval(EvalSettings(task="kv_retrieval", num_pairs=20, variants="base,uniform:1.05", out="eval-kv"))
+
+Every input is checked before the model's weights are loaded: the settings themselves when they are made, then
+the variants (syntax, adapters read and matched against the model's config), the task options, the data, the gold
+positions and the prompt lengths. Bad input raises :class:`EvalError` (or :class:`VariantError`) with one line
+that names the problem and the fix; the output folder is written only at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rope_adapter.scoring.loading import EvalError
+from rope_adapter.scoring.metrics import METRICS
+from rope_adapter.scoring.variants import check_variants, parse_variants
+from rope_adapter.writable import unwritable_reason
+
+from . import evaluation as ev
+from .evaluation import POSITION_TASKS
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+CHAT_CHOICES = ("auto", "on", "off")
+_TASK_FLAGS = {"num_pairs": "--num-pairs", "num_filler": "--num-filler", "num_documents": "--num-documents"}
+
+
+@dataclass
+class EvalSettings:
+    """One evaluation run; the fields are ``rope-adapter eval``'s flags (``--max-batch-tokens`` is
+    ``max_batch_tokens``). Checked when made; see :func:`run_eval`."""
+
+    model: str = DEFAULT_MODEL
+    dtype: str = "float32"
+    device: str = "auto"
+    variants: str | None = None
+    adapter: str | None = None
+    reference: str | None = None
+    out: str | Path = "eval-results"
+    task: str = "kv_retrieval"
+    data: str | None = None
+    num_samples: int = 20
+    seed: int = 0
+    held_out_after: int = 0
+    positions: list[int] | None = None
+    num_positions: int | None = None
+    num_pairs: int | None = None
+    num_filler: int | None = None
+    num_documents: int | None = None
+    task_args: dict[str, Any] = field(default_factory=dict)
+    chat_template: str = "off"
+    system_prompt: str | None = None
+    scores: str = "accuracy,tf_accuracy,logprob"
+    logprob_tokens: int | None = None
+    max_new_tokens: int | None = None
+    batch_size: int = 4
+    max_batch_tokens: int | None = None
+    allow_longer: bool = False
+    lengths: str = "2k,4k,8k,16k"
+    num_windows: int = 4
+    stride: int | None = None
+    chunk_tokens: int = 1024
+    plot: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        from rope_adapter.scoring.tasks import available_tasks, canonical_task_name
+
+        self.task = canonical_task_name(self.task)
+        self.out = Path(self.out)
+        self.task_args = dict(self.task_args or {})
+        for name in ("batch_size", "chunk_tokens", "num_samples", "num_windows"):
+            _check_count(name, getattr(self, name))
+        for name in ("max_batch_tokens", "logprob_tokens", "max_new_tokens", "num_positions", "stride"):
+            if getattr(self, name) is not None:
+                _check_count(name, getattr(self, name))
+        if self.chat_template not in CHAT_CHOICES:
+            raise EvalError(f"chat_template must be one of {', '.join(CHAT_CHOICES)}, got {self.chat_template!r}")
+        if self.variants is not None and not self.variants.replace(",", "").strip():
+            raise EvalError("--variants is empty: give e.g. base,uniform:1.1,adapter:PATH (or leave it out for base)")
+        if self.variants and self.adapter:
+            raise EvalError("--adapter only sets the default variants; with --variants write adapter:PATH there")
+        if self.perplexity:
+            if not self.data:
+                raise EvalError(
+                    "--task perplexity needs --data: a UTF-8 text file long enough for the longest --lengths"
+                )
+            return
+        unknown = [s for s in self.score_names if s not in METRICS]
+        if unknown or not self.score_names:
+            raise EvalError(f"unknown --scores {unknown or self.scores!r}; choose from {', '.join(METRICS)}")
+        if self.task not in POSITION_TASKS:
+            raise EvalError(f"unknown task {self.task!r}; known tasks: {', '.join(available_tasks())}")
+
+    @property
+    def perplexity(self) -> bool:
+        return self.task == "perplexity"
+
+    @property
+    def score_names(self) -> list[str]:
+        return [s.strip() for s in self.scores.split(",") if s.strip()]
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """Task settings that were given (the task's own defaults fill the rest)."""
+        kwargs: dict[str, Any] = {
+            "data_path": self.data,
+            "positions": self.positions,
+            "num_positions": self.num_positions,
+            "num_pairs": self.num_pairs,
+            "num_filler": self.num_filler,
+            "num_documents": self.num_documents,
+        }
+        return {k: v for k, v in kwargs.items() if v is not None} | self.task_args
+
+
+@dataclass
+class EvalResult:
+    """What :func:`run_eval` produced: the results (``PositionResults`` or the length sweep's) and the files."""
+
+    results: Any
+    paths: dict[str, Path]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.results.to_dict()
+
+
+def _check_count(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EvalError(f"--{name.replace('_', '-')} must be >= 1 (EvalSettings.{name}), got {value!r}")
+
+
+def checked_device(name: str) -> Any:
+    """``device`` as a torch device, or one EvalError line naming the choices."""
+    from rope_adapter.scoring.loading import resolve_device
+
+    try:
+        return resolve_device(name)
+    except (RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalError(f"--device {name!r}: {first}; use cpu, cuda, cuda:N, mps or auto") from None
+
+
+def checked_model_config(model: str) -> tuple[Any, Any]:
+    """(path, config) of ``model`` without its weights, or one EvalError line."""
+    from rope_adapter.scoring.loading import load_model_config
+
+    try:
+        return load_model_config(model)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EvalError(
+            f"--model {model}: no usable model config ({first}); give a model folder with a config.json, "
+            f"a Hub id or {DEFAULT_MODEL}"
+        ) from None
+
+
+def check_out_folder(out: str | Path) -> None:
+    """Refuse an output folder that is a file or cannot be written (read-only, full) before any work."""
+    out = Path(out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise EvalError(f"--out {out} is a file: give a folder")
+    if (why := unwritable_reason(out, "--out")) is not None:
+        raise EvalError(why)
+
+
+def check_uniform_factors(variants: list[Any]) -> None:
+    """uniform:F must be a factor the adapter accepts (in range), checked before any variant is scored."""
+    from rope_adapter import InvalidFactorsError, validate_factors
+
+    for variant in variants:
+        if variant.uniform is not None:
+            try:
+                validate_factors(variant.uniform, 1)
+            except InvalidFactorsError as exc:
+                raise EvalError(f"variant {variant.name!r}: {exc}") from None
+
+
+def chat_template_flag(choice: str, tokenizer: Any) -> bool:
+    """Resolve chat_template auto/on/off against the tokenizer."""
+    has = getattr(tokenizer, "chat_template", None) is not None
+    if choice == "on" and not has:
+        raise EvalError("--chat-template on, but the tokenizer has no chat template")
+    return has if choice == "auto" else choice == "on"
+
+
+def checked_task_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The task settings, refused with the task's own settings named when one is not the task's."""
+    known = set(ev.task_options(name))
+    unknown = [k for k in kwargs if k not in known]
+    if unknown:
+        shown = ", ".join(_TASK_FLAGS.get(k, k) for k in unknown)
+        raise EvalError(f"task {name!r} does not take {shown}; its settings: {', '.join(sorted(known))}")
+    return dict(kwargs)
+
+
+def command_line(s: EvalSettings, variants: str) -> str:
+    """The command that reproduces this run (recorded in results.json and results.md)."""
+    parts = ["rope-adapter", "eval", "--task", s.task, "--model", str(s.model), "--variants", variants]
+    if s.perplexity:
+        parts += ["--data", str(s.data), "--lengths", s.lengths, "--num-windows", str(s.num_windows)]
+        parts += ["--chunk-tokens", str(s.chunk_tokens)]
+        if s.stride:
+            parts += ["--stride", str(s.stride)]
+    else:
+        parts += ["--num-samples", str(s.num_samples), "--seed", str(s.seed), "--scores", s.scores]
+        for flag, value in [
+            ("--data", s.data),
+            ("--positions", ",".join(map(str, s.positions)) if s.positions else None),
+            ("--num-positions", s.num_positions),
+            ("--num-pairs", s.num_pairs),
+            ("--num-filler", s.num_filler),
+            ("--num-documents", s.num_documents),
+            ("--held-out-after", s.held_out_after or None),
+            ("--logprob-tokens", s.logprob_tokens),
+            ("--max-new-tokens", s.max_new_tokens),
+            ("--system-prompt", s.system_prompt),
+        ]:
+            if value is not None:
+                parts += [flag, str(value)]
+        for key, value in s.task_args.items():
+            parts += ["--task-arg", f"{key}={json.dumps(value)}"]
+        parts += ["--chat-template", s.chat_template]
+        if s.allow_longer:
+            parts.append("--allow-longer")
+    parts += ["--batch-size", str(s.batch_size), "--dtype", s.dtype, "--device", str(s.device)]
+    if s.reference:
+        parts += ["--reference", s.reference]
+    parts += ["--out", str(s.out)]
+    return shlex.join(parts)
+
+
+def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> EvalResult:
+    """Check everything, load the model, score every variant, write ``results.json``/``.md`` and the plot."""
+    s = settings
+    check_out_folder(s.out)
+    # 1. variants (syntax) and lengths, before anything is read
+    lengths = None
+    if s.perplexity:
+        from .extrapolation import parse_lengths
+
+        lengths = parse_lengths(s.lengths)
+    variant_text = s.variants or "base" + (f",adapter:{s.adapter}" if s.adapter else "")
+    variants = parse_variants(variant_text)  # syntax only; the perplexity default needs the config
+    check_uniform_factors(variants)
+
+    # 2. the model's config (no weights): adapters and RoPE types are checked against it
+    path, config = checked_model_config(s.model)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    max_positions = getattr(text_config, "max_position_embeddings", None)
+    if s.perplexity and not s.variants:
+        from .extrapolation import default_extrapolation_variants
+
+        variant_text = default_extrapolation_variants(lengths, max_positions or max(lengths), s.adapter)
+        variants = parse_variants(variant_text)
+    plans = check_variants(variants, config)
+    if s.reference and s.reference not in [v.name for v in variants]:
+        raise EvalError(f"--reference {s.reference!r} is not one of the variants {[v.name for v in variants]}")
+    device = checked_device(s.device)
+
+    # 3. tokenizer and data (still no weights)
+    tokenizer = ev.load_tokenizer(path)
+    recorded: dict[str, Any] = {
+        "model": str(s.model),
+        "model_path": str(path),
+        "model_type": getattr(text_config, "model_type", None),
+        "num_layers": getattr(text_config, "num_hidden_layers", None),
+        "max_position_embeddings": max_positions,
+        "dtype": s.dtype,
+        "device": str(device),
+        "seed": s.seed,
+        "command": command_line(s, variant_text),
+    }
+    if s.perplexity:
+        from .extrapolation import evaluate_lengths, length_windows
+
+        windows = length_windows(s.data, tokenizer, lengths, num_windows=s.num_windows, stride=s.stride)
+        recorded.update({"data_path": str(s.data), "stride": s.stride})
+        log(
+            f"perplexity at {', '.join(map(str, lengths))} tokens: "
+            f"{', '.join(str(len(w)) for w in windows.values())} window(s); {len(variants)} variant(s)"
+        )
+    else:
+        kwargs = checked_task_kwargs(s.task, s.task_kwargs())
+        task, samples = ev.make_task_samples(
+            s.task, num_samples=s.num_samples, seed=s.seed, held_out_after=s.held_out_after, **kwargs
+        )
+        chat = chat_template_flag(s.chat_template, tokenizer)
+        prepared = ev.prepare_samples(samples, tokenizer, task, chat_template=chat, system_prompt=s.system_prompt)
+        for line in ev.check_context([len(p) for p in prepared.prompt_ids], max_positions, allow_longer=s.allow_longer):
+            log(f"note: {line}")
+        recorded["task_settings"] = {
+            k: v for k, v in vars(task).items() if k != "tokenizer" and isinstance(v, str | int | float | list | None)
+        }
+        positions = sorted({x.position for x in samples})
+        log(
+            f"{s.task}: {len({x.record_id for x in samples})} records x {len(positions)} positions "
+            f"{positions} = {len(samples)} samples; {len(variants)} variant(s); chat template {'on' if chat else 'off'}"
+        )
+
+    # 4. the model
+    log(f"loading {s.model} ({s.dtype}, {device})")
+    model, _ = ev.load_model(path, dtype=s.dtype, device=device)
+    common = {"plans": plans, "batch_size": s.batch_size, "reference": s.reference, "progress": s.progress}
+    common |= {"log": log, "settings": recorded}
+    if s.perplexity:
+        results = evaluate_lengths(
+            model, windows, variants, chunk_tokens=s.chunk_tokens, max_batch_tokens=s.max_batch_tokens or 8192, **common
+        )
+    else:
+        results = ev.evaluate_positions(
+            model,
+            tokenizer,
+            task,
+            samples,
+            variants,
+            metrics=s.score_names,
+            logprob_tokens=s.logprob_tokens,
+            max_new_tokens=s.max_new_tokens,
+            chat_template=chat,
+            system_prompt=s.system_prompt,
+            max_batch_tokens=s.max_batch_tokens or 4096,
+            prepared=prepared,
+            **common,
+        )
+    try:
+        paths = results.write(s.out, plot=s.plot)
+    except OSError as exc:
+        raise EvalError(f"the run finished but writing its results to {s.out} failed: {exc}") from None
+    return EvalResult(results, paths)

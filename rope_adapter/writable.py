@@ -1,0 +1,29 @@
+"""One check, before any work, that a folder can be written: shared by search, eval and export."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def unwritable_reason(folder: str | os.PathLike[str], what: str) -> str | None:
+    """Why nothing can be written under ``folder`` (made if missing), or None.
+
+    The nearest existing ancestor must be a folder where a small file can be written and flushed: this catches a
+    file in the way, read-only and full file systems. Nothing is created; the probe file is gone afterwards.
+    """
+    folder = Path(folder)
+    ancestor = folder
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{what} {folder} cannot be made: {ancestor} is a file"
+    try:
+        with tempfile.TemporaryFile(dir=ancestor) as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as exc:
+        return f"{what} {folder} is not writable ({exc.strerror or exc}): free some space or choose another folder"
+    return None

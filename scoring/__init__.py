@@ -1,0 +1,13 @@
+"""What the search and the evaluation share: fitness tasks, model loading, shared-prefix scoring, named factor
+variants, statistics and the typed results table.
+
+- :mod:`.tasks`: task classes that build scored samples (``get_task("kv_retrieval")(num_pairs=20)``);
+- :mod:`.loading`: one model/tokenizer loader, device and dtype rules;
+- :mod:`.shared_prefix`: teacher-forced log-probabilities and accuracy with one forward pass per shared prefix;
+- :mod:`.generation`: greedy decoding judged by the task's rule;
+- :mod:`.variants`: ``base``, ``uniform:S``, ``adapter:DIR`` ... as models to compare;
+- :mod:`.intervals`, :mod:`.paired`, :mod:`.metrics`: intervals and paired differences;
+- :mod:`.results_table`: the typed "variants x gold positions" table that search and eval write and cards read.
+
+Nothing here knows Optuna or the Hub; the modules load torch and transformers only where they need them.
+"""
