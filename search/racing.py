@@ -16,7 +16,8 @@ an estimate of its whole-set values, its partial per-position means shifted by t
 between the whole set and the same partial records (a control variate: the records it was not scored on are
 treated as the reference saw them). Its values therefore sit on the same scale as fully scored trials, below the
 reference, and NSGA-II ranks it with the others; it is marked ``raced_out`` in the trial's user attributes and is
-never chosen as the adapter. Baselines (unscaled model, uniform factors) are always scored in full.
+never chosen as the adapter. The unscaled model is always scored in full; a uniform factor races against the
+best fully scored baseline, so it stops only when another baseline is clearly better on the search records.
 
 Everything here is pure (numpy): the study calls it with the scores it computed.
 """

@@ -86,10 +86,13 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
     return objective
 
 
-def _race_reference(study: Any, num_samples: int) -> dict[str, Any] | None:
-    """The fully scored trial with the best mean so far (its stored trial info and number), or None."""
+def _race_reference(study: Any, num_samples: int, baselines_only: bool = False) -> dict[str, Any] | None:
+    """The fully scored trial with the best mean so far (its stored trial info and number), or None;
+    ``baselines_only``: among the baselines (the unscaled model and uniform factors)."""
     best = None
     for t in _complete_trials(study):
+        if baselines_only and t.user_attrs.get(BASELINE_ATTR) is None:
+            continue
         info = t.user_attrs.get(TRIAL_ATTR) or {}
         scores = info.get("sample_scores")
         if not info.get("evaluated") or info.get("raced_out") or scores is None or len(scores) != num_samples:
@@ -102,13 +105,17 @@ def _race_reference(study: Any, num_samples: int) -> dict[str, Any] | None:
 def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[str, Any]:
     """Score a trial stage by stage (racing); the trial info's score fields.
 
-    Baselines, and every trial while the study holds no fully scored one, are scored on all records.
+    The unscaled model, and every trial while the study holds no fully scored one, are scored on all records. A
+    uniform baseline races against the best fully scored baseline (so a uniform factor stops only when another
+    baseline is clearly better, and the best uniform factor is always scored in full); a searched trial against
+    the best fully scored trial.
     """
     settings = worker.settings
     positions = worker.search.positions
     reference = None
-    if len(worker.stages) > 1 and trial.user_attrs.get(BASELINE_ATTR) is None:
-        reference = _race_reference(trial.study, len(worker.search))
+    kind = trial.user_attrs.get(BASELINE_ATTR)
+    if len(worker.stages) > 1 and kind != "base":
+        reference = _race_reference(trial.study, len(worker.search), baselines_only=kind is not None)
     parts, checks = [], []
     for j, stage in enumerate(worker.stages):
         parts.append(worker.evaluator.score(factors, stage))
@@ -166,6 +173,9 @@ def record_info(trial: Any, info: dict[str, Any]) -> None:
     if info.get("constraints") is not None:
         trial.set_user_attr("feasible", all(c <= 0 for c in info["constraints"]))
 
+
+MAX_TAKEN_OVER = 10
+"""How many trials a worker may lose to another worker's stale-trial retry before it gives up (see run_worker)."""
 
 MAX_REPEATS_IN_ROW = 20
 """A worker prunes at most this many repeated proposals in a row; then a repeat is recorded as a finished trial
@@ -329,7 +339,22 @@ def run_worker(
         if progress is not None:
             callbacks.append(progress)
         before = done
-        study.optimize(make_objective(worker), timeout=timeout, callbacks=callbacks, catch=())
+        started = time.time()
+        for _ in range(MAX_TAKEN_OVER):
+            left = None if timeout is None else timeout - (time.time() - started)
+            if left is not None and left <= 0:
+                break
+            try:
+                study.optimize(make_objective(worker), timeout=left, callbacks=callbacks, catch=())
+                break
+            except ValueError as exc:  # our trial went stale on a busy machine and was finished elsewhere
+                if not str(exc).startswith("Cannot tell a"):
+                    raise
+                logger.warning(
+                    "%s: a trial's heartbeat went stale (a busy machine) and the trial was retried elsewhere; this "
+                    "worker's result for it is dropped and it goes on (raise --heartbeat to avoid this)",
+                    worker.name,
+                )
         return {"seed": seed, "ran": len(_complete_trials(study)) - before}
 
 

@@ -113,10 +113,16 @@ def test_stopped_trials_are_complete_estimates_never_chosen(raced):
         if info.get("raced_out"):
             continue
         assert info["records_scored"] == 8 and len(info["sample_scores"]) == 8 * 3
-    baselines = [t for t in trials if t.user_attrs.get("baseline")]
-    assert all(t.user_attrs["lrs"]["records_scored"] == 8 for t in baselines)  # never raced
+    base = [t for t in trials if t.user_attrs.get("baseline") == "base"]
+    assert [t.user_attrs["lrs"]["records_scored"] for t in base] == [8]  # the unscaled model: never raced
+    for t in trials:  # a uniform factor races only against a baseline
+        if t.user_attrs.get("baseline") == "uniform" and t.user_attrs["lrs"].get("raced_out"):
+            reference = infos[t.user_attrs["lrs"]["race"]["reference"]]
+            assert by_number[t.user_attrs["lrs"]["race"]["reference"]].user_attrs.get("baseline") is not None
+            assert reference["records_scored"] == 8
     chosen = result.report["chosen"]
     assert chosen is not None and chosen["number"] not in stopped
+    assert result.report["baselines"]["best_uniform"] is not None  # always one for the held-out comparison
     racing = result.report["study"]["racing"]
     assert racing["raced_out"] == len(stopped) and racing["stage_ends"] == [4, 8]
     used = sum(i["records_scored"] for i in scored.values())

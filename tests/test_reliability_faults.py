@@ -301,3 +301,47 @@ def test_demo_refuses_a_stored_study_with_other_settings_before_the_first_step(
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     one_line_error(capsys, main(demo_args(model_dir, out)), "study 'demo' exists with other settings", "pairs")
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+# ------------------------------------------------------------------------------------- a model folder that is not there
+
+
+@pytest.mark.parametrize("command", ["search", "eval", "analyze"])
+def test_a_missing_model_folder_is_named_as_such(tmp_path, capsys, command):
+    missing = tmp_path / "no-such-model"
+    args = [command, "--model", str(missing), "--out", str(tmp_path / "out")]
+    one_line_error(capsys, main(args), f"model folder {str(missing)!r} does not exist", "Hub id")
+    assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------- a trial taken over after going stale
+
+
+def test_a_trial_finished_elsewhere_after_its_heartbeat_went_stale_does_not_end_the_worker(
+    tmp_path, model_dir, monkeypatch, caplog
+):
+    """On a busy machine another worker may retry a trial whose heartbeat went stale and finish it first; Optuna
+    then refuses this worker's result ("Cannot tell a COMPLETE trial."). The worker drops it and goes on."""
+    real = optuna.study.Study.optimize
+    calls = []
+
+    def optimize(self, *args, **kwargs):
+        calls.append(kwargs.get("timeout"))
+        if len(calls) == 1:
+            raise ValueError("Cannot tell a COMPLETE trial.")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.study.Study, "optimize", optimize)
+    with caplog.at_level("WARNING", logger="rope_adapter.search.trial"):
+        result = run_search(small(tmp_path / "out", model_dir))
+    assert len(calls) == 2 and "heartbeat went stale" in caplog.text
+    assert len(result.report["trials"]) >= 3
+
+
+def test_other_value_errors_in_a_worker_are_not_swallowed(tmp_path, model_dir, monkeypatch):
+    def optimize(self, *args, **kwargs):
+        raise ValueError("something else")
+
+    monkeypatch.setattr(optuna.study.Study, "optimize", optimize)
+    with pytest.raises(ValueError, match="something else"):
+        run_search(small(tmp_path / "out", model_dir))

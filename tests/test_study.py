@@ -20,6 +20,9 @@ import numpy as np
 import pytest
 from tiny_models import byte_tokenizer, tiny_model
 
+from rope_adapter.scoring.paired import paired_difference
+from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
+from rope_adapter.scoring.tasks import KVRetrievalTask
 from rope_adapter.search import SearchError, SearchSettings, run_search
 from rope_adapter.search import study as study_mod
 from rope_adapter.search.bezier import BezierSpace
@@ -32,10 +35,7 @@ from rope_adapter.search.objective import (
     position_means,
     truncate_targets,
 )
-from rope_adapter.search.paired import paired_difference
 from rope_adapter.search.report import choose, pareto_front, search_set_warning
-from rope_adapter.search.scoring import prepare, token_logprobs
-from rope_adapter.search.tasks import KVRetrievalTask
 
 NUM_LAYERS = 4
 POSTGRES_URL = os.environ.get("ROPE_ADAPTER_TEST_POSTGRES_URL")
@@ -68,7 +68,7 @@ def small(out: Path, model_dir: Path, **overrides) -> SearchSettings:
         device="cpu",
         out=str(out),
         progress=False,
-        heartbeat=1,
+        heartbeat=10,  # stale only after 20 s: a busy CI machine must not make a running trial look dead
     )
     kw.update(overrides)
     return SearchSettings(**kw)
