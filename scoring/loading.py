@@ -80,8 +80,12 @@ def load_model(
     dtype: str | torch.dtype = "float32",
     device: str | torch.device | None = "cpu",
     attn_implementation: str | None = None,
+    device_map: str | None = None,
+    tokenizer: str | os.PathLike[str] | None = None,
 ) -> tuple[torch.nn.Module, Any]:
-    """(model in eval mode, tokenizer) from a local folder, Hub id or the alias ``smollm2-135m-instruct``."""
+    """(model in eval mode, tokenizer) from a local folder, Hub id or an embedded model's name: the one loader of
+    search and evaluation. ``device_map`` (e.g. ``"auto"``) is passed to ``from_pretrained`` instead of moving the
+    model to ``device``; ``tokenizer`` names another tokenizer (default: the model's)."""
     from transformers import AutoModelForCausalLM
 
     from rope_adapter.embedded import resolve_model_path
@@ -90,6 +94,10 @@ def load_model(
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    if device_map:
+        kwargs["device_map"] = device_map
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    model.to(resolve_device(device)).eval()
-    return model, load_tokenizer(path)
+    if not device_map:
+        model.to(resolve_device(device))
+    model.eval()
+    return model, load_tokenizer(resolve_model_path(tokenizer) if tokenizer else path)

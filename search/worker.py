@@ -61,22 +61,13 @@ def read_num_layers(settings: SearchSettings) -> int:
 
 
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
-    """(model in eval mode, tokenizer). Tests replace this function to prove that bad input fails before it."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    """(model in eval mode, tokenizer) through the one loader (:func:`rope_adapter.scoring.loading.load_model`).
+    Tests replace this function to prove that bad input fails before it."""
+    from rope_adapter.scoring.loading import load_model as load
 
-    from rope_adapter.embedded import resolve_model_path
-    from rope_adapter.scoring.loading import load_tokenizer
-
-    path = resolve_model_path(settings.model)
-    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
-    if settings.device_map:
-        kwargs["device_map"] = settings.device_map
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    if not settings.device_map:
-        model.to(device)
-    model.eval()
-    return model, load_tokenizer(resolve_model_path(settings.tokenizer) if settings.tokenizer else path)
+    return load(
+        settings.model, dtype=dtype, device=device, device_map=settings.device_map, tokenizer=settings.tokenizer
+    )
 
 
 @dataclass
