@@ -5,12 +5,15 @@ adapters only (a state dict holding nothing but ``*.lrs_factors``), PEFT's ``saf
 (:func:`install`): the weights go to a temporary file in the same folder and wait there; ``LrsConfig.save_pretrained``
 stages ``adapter_config.json`` the same way and only then renames both over the old files
 (:func:`commit_staged_weights`), so a failure in either write (a full disk, say) changes nothing and leaves no
-temporary file behind (:func:`discard_staged_weights`). Other adapter types are saved by PEFT as before.
+temporary file behind (:func:`discard_staged_weights`). PEFT's model card (``README.md``, written first) is
+written for LRS models into a temporary folder and renamed over the old one (:func:`atomic_model_card`), so it is
+never left half-written. Other adapter types are saved by PEFT as before.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -67,9 +70,42 @@ def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
     return save_file
 
 
+def _is_lrs_model(model: Any) -> bool:
+    from .peft_type import LRS_PEFT_TYPE
+
+    configs = getattr(model, "peft_config", None) or {}
+    return bool(configs) and all(getattr(c, "peft_type", None) == LRS_PEFT_TYPE for c in configs.values())
+
+
+def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (``PeftModel.create_or_update_model_card``), for LRS models updating ``README.md`` in a
+    temporary folder beside it and renaming the result over it: a failure leaves the old card as it was."""
+
+    def create_or_update_model_card(self: Any, output_dir: str) -> None:
+        if not _is_lrs_model(self):
+            original(self, output_dir)
+            return
+        folder = Path(output_dir)
+        work = Path(tempfile.mkdtemp(prefix=".README.", suffix=".tmp", dir=folder))
+        try:
+            if (folder / "README.md").is_file():
+                shutil.copy2(folder / "README.md", work / "README.md")
+            original(self, str(work))
+            os.replace(work / "README.md", folder / "README.md")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    create_or_update_model_card._lrs_atomic = True  # type: ignore[attr-defined]
+    return create_or_update_model_card
+
+
 def install() -> None:
-    """Wrap PEFT's ``safe_save_file`` with :func:`atomic_save_file` (idempotent)."""
+    """Wrap PEFT's ``safe_save_file`` with :func:`atomic_save_file` and ``PeftModel.create_or_update_model_card``
+    with :func:`atomic_model_card` (idempotent)."""
     import peft.peft_model as peft_model
 
     if not getattr(peft_model.safe_save_file, "_lrs_atomic", False):
         peft_model.safe_save_file = atomic_save_file(peft_model.safe_save_file)
+    card = peft_model.PeftModel.create_or_update_model_card
+    if not getattr(card, "_lrs_atomic", False):
+        peft_model.PeftModel.create_or_update_model_card = atomic_model_card(card)

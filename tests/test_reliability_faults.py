@@ -345,3 +345,21 @@ def test_other_value_errors_in_a_worker_are_not_swallowed(tmp_path, model_dir, m
     monkeypatch.setattr(optuna.study.Study, "optimize", optimize)
     with pytest.raises(ValueError, match="something else"):
         run_search(small(tmp_path / "out", model_dir))
+
+
+def test_a_failed_model_card_write_leaves_the_previous_readme(saved, monkeypatch):
+    """PEFT writes README.md first; for an LRS model it goes through a temporary folder and a rename."""
+    from huggingface_hub import ModelCard
+
+    model, folder = saved
+    before = files(folder)
+
+    def half_written(self, filepath):
+        with open(filepath, "w") as handle:  # the disk filled up halfway through the card
+            handle.write(str(self)[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ModelCard, "save", half_written)
+    with pytest.raises(OSError, match="No space left"):
+        model.save_pretrained(folder)
+    assert files(folder) == before  # README.md as it was, no temporary folder left
