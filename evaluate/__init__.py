@@ -1,7 +1,8 @@
 """Evaluation: accuracy and log-probability by gold position for named factor variants, length extrapolation,
 attention analysis, and their reports and plots.
 
-``from rope_adapter.evaluate import EvalSettings, run_eval`` runs what ``rope-adapter eval`` runs. The heavy
+``from rope_adapter.evaluate import EvalSettings, run_eval`` runs what ``rope-adapter eval`` runs, and
+``run_analysis(AnalyzeSettings(...))`` what ``rope-adapter analyze`` runs. The heavy
 modules (torch, transformers, matplotlib) load only when their names are used.
 """
 
@@ -12,16 +13,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rope_adapter.scoring.loading import EvalError
 
+    from .analyze import AnalyzeSettings, run_analysis
     from .run import EvalResult, EvalSettings, run_eval
 
 _LAZY = {
+    "AnalyzeSettings": ".analyze",
+    "run_analysis": ".analyze",
     "EvalError": "rope_adapter.scoring.loading",
     "EvalResult": ".run",
     "EvalSettings": ".run",
     "run_eval": ".run",
 }
 
-__all__ = ["EvalError", "EvalResult", "EvalSettings", "run_eval"]
+__all__ = ["AnalyzeSettings", "EvalError", "EvalResult", "EvalSettings", "run_analysis", "run_eval"]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,16 +32,14 @@ _TASK_FLAGS = {"num_pairs": "--num-pairs", "num_filler": "--num-filler", "num_do
 
 
 @dataclass
-class EvalSettings:
-    """One evaluation run; the fields are ``rope-adapter eval``'s flags (``--max-batch-tokens`` is
-    ``max_batch_tokens``). Checked when made; see :func:`run_eval`."""
+class SampleSettings:
+    """The model and the task samples, shared by ``eval`` (:class:`EvalSettings`) and ``analyze``
+    (:class:`rope_adapter.evaluate.analyze.AnalyzeSettings`); the fields are the commands' flags."""
 
     model: str = DEFAULT_MODEL
     dtype: str = "float32"
     device: str = "auto"
-    variants: str | None = None
     adapter: str | None = None
-    reference: str | None = None
     out: str | Path = "eval-results"
     task: str = "kv_retrieval"
     data: str | None = None
@@ -56,6 +54,40 @@ class EvalSettings:
     task_args: dict[str, Any] = field(default_factory=dict)
     chat_template: str = "off"
     system_prompt: str | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        from rope_adapter.scoring.tasks import canonical_task_name
+
+        self.task = canonical_task_name(self.task)
+        self.out = Path(self.out)
+        self.task_args = dict(self.task_args or {})
+        _check_count("num_samples", self.num_samples)
+        if self.num_positions is not None:
+            _check_count("num_positions", self.num_positions)
+        if self.chat_template not in CHAT_CHOICES:
+            raise EvalError(f"chat_template must be one of {', '.join(CHAT_CHOICES)}, got {self.chat_template!r}")
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """Task settings that were given (the task's own defaults fill the rest)."""
+        kwargs: dict[str, Any] = {
+            "data_path": self.data,
+            "positions": self.positions,
+            "num_positions": self.num_positions,
+            "num_pairs": self.num_pairs,
+            "num_filler": self.num_filler,
+            "num_documents": self.num_documents,
+        }
+        return {k: v for k, v in kwargs.items() if v is not None} | self.task_args
+
+
+@dataclass
+class EvalSettings(SampleSettings):
+    """One evaluation run; the fields are ``rope-adapter eval``'s flags (``--max-batch-tokens`` is
+    ``max_batch_tokens``). Checked when made; see :func:`run_eval`."""
+
+    variants: str | None = None
+    reference: str | None = None
     scores: str = "accuracy,tf_accuracy,logprob"
     logprob_tokens: int | None = None
     max_new_tokens: int | None = None
@@ -67,21 +99,16 @@ class EvalSettings:
     stride: int | None = None
     chunk_tokens: int = 1024
     plot: bool = True
-    progress: bool = True
 
     def __post_init__(self) -> None:
-        from rope_adapter.scoring.tasks import available_tasks, canonical_task_name
+        from rope_adapter.scoring.tasks import available_tasks
 
-        self.task = canonical_task_name(self.task)
-        self.out = Path(self.out)
-        self.task_args = dict(self.task_args or {})
-        for name in ("batch_size", "chunk_tokens", "num_samples", "num_windows"):
+        super().__post_init__()
+        for name in ("batch_size", "chunk_tokens", "num_windows"):
             _check_count(name, getattr(self, name))
-        for name in ("max_batch_tokens", "logprob_tokens", "max_new_tokens", "num_positions", "stride"):
+        for name in ("max_batch_tokens", "logprob_tokens", "max_new_tokens", "stride"):
             if getattr(self, name) is not None:
                 _check_count(name, getattr(self, name))
-        if self.chat_template not in CHAT_CHOICES:
-            raise EvalError(f"chat_template must be one of {', '.join(CHAT_CHOICES)}, got {self.chat_template!r}")
         if self.variants is not None and not self.variants.replace(",", "").strip():
             raise EvalError("--variants is empty: give e.g. base,uniform:1.1,adapter:PATH (or leave it out for base)")
         if self.variants and self.adapter:
@@ -105,18 +132,6 @@ class EvalSettings:
     @property
     def score_names(self) -> list[str]:
         return [s.strip() for s in self.scores.split(",") if s.strip()]
-
-    def task_kwargs(self) -> dict[str, Any]:
-        """Task settings that were given (the task's own defaults fill the rest)."""
-        kwargs: dict[str, Any] = {
-            "data_path": self.data,
-            "positions": self.positions,
-            "num_positions": self.num_positions,
-            "num_pairs": self.num_pairs,
-            "num_filler": self.num_filler,
-            "num_documents": self.num_documents,
-        }
-        return {k: v for k, v in kwargs.items() if v is not None} | self.task_args
 
 
 @dataclass

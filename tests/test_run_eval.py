@@ -112,3 +112,30 @@ def test_the_one_number_formatter():
     assert fmt(0.12345) == "0.123" and fmt(0.12345, 2, sign=True) == "+0.12"
     assert fmt(None) == fmt(float("nan")) == "–" and fmt(7) == "7"
     assert fmt_interval(0.2, 0.1, 0.3, 2) == "0.20 [0.10, 0.30]" and fmt_interval(0.2, None, None) == "0.200"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"what": "colour"}, "--what takes decay, attention or both"),
+        ({"adapter": "a", "variant": "uniform:1.2"}, "give --adapter or --variant, not both"),
+        ({"head_dim": 7}, "--head-dim must be an even number"),
+        ({"skip_first": -1}, "--skip-first must be >= 0"),
+        ({"task": "perplexity"}, "attention shares need prompts"),
+    ],
+)
+def test_analyze_settings_are_checked_when_made(kwargs, needle, tmp_path):
+    from rope_adapter.evaluate import AnalyzeSettings
+
+    with pytest.raises(EvalError, match=needle):
+        AnalyzeSettings(out=tmp_path / "never", **kwargs)
+
+
+def test_run_analysis_draws_the_decay_bound_without_a_model(tmp_path):
+    from rope_adapter.evaluate import AnalyzeSettings, run_analysis
+
+    settings = AnalyzeSettings(what="decay", head_dim=16, theta=10000.0, max_distance=64, out=tmp_path / "a")
+    paths = run_analysis(settings, log=lambda s: None)
+    data = json.loads(paths["decay_json"].read_text())
+    assert len(data["curves"]) == 3  # base, 1.25 and 2.0
+    assert paths["decay_plot"].stat().st_size > 0 and "RoPE long-term decay" in paths["markdown"].read_text()

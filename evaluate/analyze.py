@@ -1,0 +1,226 @@
+"""``run_analysis(AnalyzeSettings)``: what ``rope-adapter analyze`` runs, from Python.
+
+(1) RoFormer's relative upper bound of RoPE attention by relative distance for chosen factors (analytic, no
+weights) and (2) per decoder layer, the share of the last token's attention on the beginning, middle and end of
+task prompts, base vs one variant (eager attention). Writes ``decay.json``/``.png``, ``attention.json``/``.png``
+and ``analysis.md``. Every input is checked before anything is written or loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rope_adapter.scoring.loading import EvalError
+from rope_adapter.scoring.variants import Variant, build_variant, check_variants, parse_variant
+
+from . import evaluation as ev
+from .analysis import REGIONS, decay_curves, last_token_attention_shares
+from .plots import plot_attention_shares, plot_decay
+from .run import (
+    SampleSettings,
+    chat_template_flag,
+    check_out_folder,
+    checked_device,
+    checked_model_config,
+    checked_task_kwargs,
+)
+
+PARTS = ("decay", "attention")
+
+
+@dataclass
+class AnalyzeSettings(SampleSettings):
+    """One analysis; the fields are ``rope-adapter analyze``'s flags. Checked when made."""
+
+    out: str | Path = "analysis"
+    num_samples: int = 4
+    variant: str | None = None
+    what: str = "decay,attention"
+    factors: list[float] = field(default_factory=lambda: [1.25, 2.0])
+    max_distance: int | None = None
+    head_dim: int | None = None
+    theta: float | None = None
+    skip_first: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.parts or any(x not in PARTS for x in self.parts):
+            raise EvalError(f"--what takes decay, attention or both, got {self.what!r}")
+        if self.adapter and self.variant:
+            raise EvalError("give --adapter or --variant, not both")
+        if self.head_dim is not None and (self.head_dim < 2 or self.head_dim % 2):
+            raise EvalError(
+                f"--head-dim must be an even number >= 2 (the attention head size, e.g. 64), got {self.head_dim}"
+            )
+        if any(not f > 0 for f in self.factors):
+            raise EvalError(f"--factors must be > 0, got {self.factors}")
+        if self.max_distance is not None and self.max_distance < 1:
+            raise EvalError(f"--max-distance must be >= 1, got {self.max_distance}")
+        if self.skip_first < 0:
+            raise EvalError(f"--skip-first must be >= 0, got {self.skip_first}")
+        if "attention" in self.parts and self.task not in ev.POSITION_TASKS:
+            raise EvalError(f"attention shares need prompts: --task {', '.join(ev.POSITION_TASKS)}")
+
+    @property
+    def parts(self) -> list[str]:
+        return [x.strip() for x in self.what.split(",") if x.strip()]
+
+
+def rope_numbers(config: Any) -> tuple[int, float]:
+    """(rotated channels per head, RoPE base) of a model config (the global layer type's on Gemma3-style ones)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    params = dict(getattr(text, "rope_parameters", None) or {})
+    if params and all(isinstance(v, dict) for v in params.values()):  # per layer type: the global one
+        params = params.get("full_attention") or next(iter(params.values()))
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    rotary = int(head_dim * float(params.get("partial_rotary_factor", 1.0)))
+    return rotary - rotary % 2, float(params.get("rope_theta", 10000.0))
+
+
+def variant_factors(variant: Variant, plans: dict, config: Any) -> list[float] | None:
+    """Per-layer factors of a variant relative to plain RoPE, or None when no single factor describes a layer.
+
+    An LRS factor s on a linear-RoPE model with factor f acts like linear scaling by f * s; Dynamic NTK and YaRN
+    change the frequencies non-uniformly, so their curves are not drawn.
+    """
+    if variant.rope_type not in (None, "linear"):
+        return None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    layers = getattr(text, "num_hidden_layers", 1)
+    if variant.uniform is not None:
+        factors = [variant.uniform] * layers
+    elif variant.name in plans:
+        factors = list(plans[variant.name].factors)
+    else:
+        factors = [1.0] * layers
+    scale = float(variant.rope_factor) if variant.rope_type == "linear" else 1.0
+    return [f * scale for f in factors]
+
+
+def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) -> dict[str, Path]:
+    """Check everything, then draw the decay bound and/or measure attention shares; the files written."""
+    s = settings
+    spec = s.variant or (f"adapter:{s.adapter}" if s.adapter else None)
+    variant = parse_variant(spec) if spec else None
+    if variant is not None and variant.is_base:
+        raise EvalError("--variant base compares the base with itself; give an adapter or another variant")
+    check_out_folder(s.out)
+    need_config = "attention" in s.parts or variant is not None or s.head_dim is None or s.theta is None
+    path = config = None
+    if need_config:
+        path, config = checked_model_config(s.model)
+    plans = check_variants([variant], config) if variant is not None else {}
+    out = Path(s.out)
+    report: list[str] = [f"# Analysis of {s.model}", ""]
+    paths: dict[str, Path] = {}
+    if "decay" in s.parts:
+        report += _decay(s, config, variant, plans, out, paths, log)
+    if "attention" in s.parts:
+        report += _attention(s, path, config, variant, plans, out, paths, log)
+    out.mkdir(parents=True, exist_ok=True)
+    paths["markdown"] = out / "analysis.md"
+    paths["markdown"].write_text("\n".join(report) + "\n")
+    return paths
+
+
+def _decay(s: AnalyzeSettings, config: Any, variant: Any, plans: dict, out: Path, paths: dict, log: Any) -> list[str]:
+    head_dim, theta = rope_numbers(config) if config is not None else (None, None)
+    head_dim = s.head_dim or head_dim
+    theta = s.theta or theta
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
+    max_distance = s.max_distance or getattr(text, "max_position_embeddings", None) or 256
+    factors, labels = [1.0], ["s = 1 (base RoPE)"]
+    for f in s.factors:
+        if f != 1.0:
+            factors.append(f)
+            labels.append(f"s = {f:g}")
+    if variant is not None:
+        factors_l = variant_factors(variant, plans, config)
+        if factors_l:
+            lo, hi = min(factors_l), max(factors_l)
+            for value, which in sorted({(lo, "smallest"), (hi, "largest")}):
+                factors.append(value)
+                labels.append(f"{variant.name}: {which} factor {value:.3g} (layer {factors_l.index(value)})")
+    data = decay_curves(factors, max_distance=max_distance, head_dim=head_dim, theta=theta, labels=labels)
+    out.mkdir(parents=True, exist_ok=True)
+    paths["decay_json"] = out / "decay.json"
+    paths["decay_json"].write_text(json.dumps(data) + "\n")
+    plot_decay(data, out / "decay.png")
+    paths["decay_plot"] = out / "decay.png"
+    log(f"decay bound for factors {', '.join(f'{f:g}' for f in factors)} -> {out / 'decay.png'}")
+    return [
+        "## RoPE long-term decay (RoFormer section 3.4.3)",
+        "",
+        f"Relative upper bound (1/(d/2)) sum_j |S_j| by relative distance, head_dim {head_dim}, theta {theta:g}. "
+        "A factor s divides every frequency by s and stretches the curve by s along the distance axis: "
+        "larger factors decay more slowly.",
+        "",
+        "![decay](decay.png)",
+        "",
+    ]
+
+
+def _attention(
+    s: AnalyzeSettings, path: Any, config: Any, variant: Any, plans: dict, out: Path, paths: dict, log: Any
+) -> list[str]:
+    tokenizer = ev.load_tokenizer(path)
+    kwargs = checked_task_kwargs(s.task, s.task_kwargs())
+    task, samples = ev.make_task_samples(
+        s.task, num_samples=s.num_samples, seed=s.seed, held_out_after=s.held_out_after, **kwargs
+    )
+    chat = chat_template_flag(s.chat_template, tokenizer)
+    prepared = ev.prepare_samples(samples, tokenizer, task, chat_template=chat, system_prompt=s.system_prompt)
+    sequences = prepared.prompt_ids
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    ev.check_context([len(x) for x in sequences], getattr(text, "max_position_embeddings", None))
+    device = checked_device(s.device)
+    log(f"attention shares on {len(sequences)} {s.task} prompt(s); loading {s.model} ({device})")
+    model, _ = ev.load_model(path, dtype=s.dtype, device=device)
+    entries = []
+    for v in [Variant("base")] + ([variant] if variant is not None else []):
+        with build_variant(model, v, plans.get(v.name)) as built:
+            shares = last_token_attention_shares(built, sequences, skip_first=s.skip_first, progress=s.progress)
+        entries.append({"name": v.name, "spec": v.spec, "shares": shares.tolist()})
+        log(
+            f"  {v.name:<24} mean share "
+            + ", ".join(f"{r} {x:.3f}" for r, x in zip(REGIONS, shares.mean(0), strict=True))
+        )
+    tokens = {"min": min(map(len, sequences)), "max": max(map(len, sequences))}
+    data = {
+        "regions": list(REGIONS),
+        "skip_first": s.skip_first,
+        "num_samples": len(sequences),
+        "task": s.task,
+        "model": str(s.model),
+        "prompt_tokens": tokens,
+        "chat_template": chat,
+        "variants": entries,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    paths["attention_json"] = out / "attention.json"
+    paths["attention_json"].write_text(json.dumps(data, indent=1) + "\n")
+    plot_attention_shares(data, out / "attention.png")
+    paths["attention_plot"] = out / "attention.png"
+    lines = [
+        "## Where the last token's attention lands",
+        "",
+        f"Per decoder layer, the share of the last prompt token's attention (mean over heads and {len(sequences)} "
+        f"{s.task} prompts of {tokens['min']}–{tokens['max']} tokens) on the beginning, middle and end thirds of "
+        "the prompt"
+        + (f", the first {s.skip_first} token(s) left out" if s.skip_first else "")
+        + ". Eager attention, this analysis only.",
+        "",
+        "![attention](attention.png)",
+        "",
+        "| variant | beginning | middle | end |",
+        "|---|---|---|---|",
+    ]
+    for e in entries:
+        mean = [sum(row[i] for row in e["shares"]) / len(e["shares"]) for i in range(len(REGIONS))]
+        lines.append(f"| `{e['name']}` | " + " | ".join(f"{x:.3f}" for x in mean) + " |")
+    lines.append("")
+    return lines
