@@ -50,8 +50,12 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
         "k": settings.k if settings.score == "logprob" else None,
         "configs": {},
     }
+    done: dict[tuple[float, ...], tuple[Any, Any]] = {}  # factors -> (scores, greedy accuracy): found may be a baseline
     for name, factors in configs.items():
-        scored = worker.evaluator.score(factors, task, keep_logprobs=True)
+        key = tuple(round(float(f), 9) for f in factors)
+        if key not in done:
+            done[key] = (worker.evaluator.score(factors, task, keep_logprobs=True), None)
+        scored = done[key][0]
         scores[name] = scored.per_sample
         entry = {
             "factors": factors,
@@ -80,7 +84,9 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
                     },
                 }
         if settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation:
-            acc = worker.evaluator.accuracy(factors, task, worker.task.is_correct)
+            if done[key][1] is None:
+                done[key] = (scored, worker.evaluator.accuracy(factors, task, worker.task.is_correct))
+            acc = done[key][1]
             accuracy[name] = acc.per_sample
             entry["accuracy_by_position"] = {str(p): v for p, v in acc.by_position.items()}
         if worker.base_nll is not None:

@@ -149,3 +149,21 @@ def test_bad_racing_settings_fail_before_any_work(tmp_path):
         with pytest.raises(SearchError, match=match):
             SearchSettings(out=str(tmp_path / "never"), **kwargs)
     assert not (tmp_path / "never").exists()
+
+
+def test_holdout_scores_a_found_baseline_once(tmp_path, model_dir, monkeypatch):
+    """When the chosen factors are a baseline's (only baselines ran), the held-out step scores them once."""
+    calls = []
+    real = Evaluator.score
+
+    def counting(self, factors, task, **kwargs):
+        if kwargs.get("keep_logprobs"):  # the held-out step keeps the per-token log-probs
+            calls.append(tuple(np.round(np.asarray(factors, float), 6)))
+        return real(self, factors, task, **kwargs)
+
+    monkeypatch.setattr(Evaluator, "score", counting)
+    result = run_search(small(tmp_path, model_dir, trials=1, uniform=(1.25,), s_min=1.1, s_max=1.5))
+    holdout = result.report["holdout"]
+    found, uniform = holdout["configs"]["found"], holdout["configs"]["best_uniform"]
+    assert found["factors"] == uniform["factors"] and found["by_position"] == uniform["by_position"]
+    assert len(calls) == len(set(calls)) == 2  # base and the uniform factor, each once
