@@ -270,3 +270,25 @@ def test_push_names_a_bad_repo_id_before_the_token_or_the_network(adapter_dir, r
     assert main(["push", str(adapter_dir), "--repo", repo]) == 2
     err = capsys.readouterr().err
     assert "is not a Hub repo name" in err and "token" not in err
+
+
+def _read_only(*args, **kwargs):
+    raise OSError(errno.EROFS, "Read-only file system")
+
+
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_a_read_only_out_is_one_line_before_any_work(
+    model_dir, adapter_dir, tmp_path, capsys, no_model_load, monkeypatch, command
+):
+    """Tests run as root, where chmod does not stop a write: the file system's refusal is simulated where the
+    writability probe meets it (rope_adapter.writable)."""
+    import rope_adapter.writable as writable
+
+    monkeypatch.setattr(writable.tempfile, "TemporaryFile", _read_only)
+    out = tmp_path / "out"
+    if command == "eval":
+        rc = main(["eval", "--model", str(model_dir), "--num-pairs", "3", "--out", str(out)])
+    else:
+        rc = main(_export_args(model_dir, adapter_dir, out))
+    one_line_error(capsys, rc, "is not writable", "Read-only file system", "choose another folder")
+    assert not out.exists()
