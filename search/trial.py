@@ -286,17 +286,24 @@ class _RecordBudget:
 
 
 class _BudgetStop:
-    """Stops a worker early enough for the held-out evaluation to fit in the whole-run budget."""
+    """Stops a worker early enough for the held-out evaluation to fit in the whole-run budget.
 
-    def __init__(self, deadline: float, holdout_samples: int, search_samples: int, configs: int) -> None:
+    Costs are counted per search record: a trial raced out after a fifth of the records cost a fifth of a full
+    one, and the held-out step scores every held-out record for each configuration."""
+
+    def __init__(
+        self, deadline: float, holdout_samples: int, search_samples: int, configs: int, search_records: int = 1
+    ) -> None:
         self.deadline = deadline
         self.ratio = configs * holdout_samples / max(1, search_samples)
-        self.costs: list[float] = []
+        self.search_records = max(1, search_records)
+        self.costs: list[float] = []  # seconds of each scored trial, scaled to a full pass over the search records
 
     def __call__(self, study: Any, trial: Any) -> None:
         info = trial.user_attrs.get(TRIAL_ATTR) or {}
         if info.get("evaluated") and "duplicate_of" not in info:
-            self.costs.append(float(info.get("seconds", 0.0)))
+            records = int(info.get("records_scored") or self.search_records)
+            self.costs.append(float(info.get("seconds", 0.0)) * self.search_records / max(1, records))
         trial_cost = max(self.costs) if self.costs else 0.0
         holdout_cost = 1.15 * float(np.median(self.costs)) * self.ratio if self.costs else 0.0  # +15 %: longer targets
         if time.time() + trial_cost + holdout_cost > self.deadline:
@@ -327,7 +334,15 @@ def run_worker(
         if deadline is not None:
             holdout_samples = 0 if worker.holdout is None else len(worker.holdout)
             configs = 3 * (2 if settings.holdout_accuracy and settings.score == "logprob" else 1)
-            callbacks.append(_BudgetStop(deadline, holdout_samples, len(worker.search), configs))
+            callbacks.append(
+                _BudgetStop(
+                    deadline,
+                    holdout_samples,
+                    len(worker.search),
+                    configs,
+                    worker.stage_ends[-1] if worker.stage_ends else 1,
+                )
+            )
             remaining = deadline - time.time()
             if remaining <= 0:
                 return {"seed": seed, "ran": 0}

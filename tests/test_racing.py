@@ -167,3 +167,30 @@ def test_holdout_scores_a_found_baseline_once(tmp_path, model_dir, monkeypatch):
     found, uniform = holdout["configs"]["found"], holdout["configs"]["best_uniform"]
     assert found["factors"] == uniform["factors"] and found["by_position"] == uniform["by_position"]
     assert len(calls) == len(set(calls)) == 2  # base and the uniform factor, each once
+
+
+def test_the_budget_counts_a_raced_out_trial_by_its_records():
+    """A trial stopped after 8 of 40 records says little about a full pass: the held-out estimate scales it."""
+    import time
+
+    from rope_adapter.search.trial import TRIAL_ATTR, _BudgetStop
+
+    class Trial:
+        def __init__(self, seconds, records):
+            self.user_attrs = {TRIAL_ATTR: {"evaluated": True, "seconds": seconds, "records_scored": records}}
+
+    class Study:
+        stopped = False
+
+        def stop(self):
+            self.stopped = True
+
+    # 40 search records, 200 samples; held out: 200 samples x 3 configurations = 3 full passes
+    stop = _BudgetStop(time.time() + 400, holdout_samples=200, search_samples=200, configs=3, search_records=40)
+    study = Study()
+    stop(study, Trial(20.0, 8))  # a raced-out trial: 20 s for 8 records = 100 s for a full pass
+    assert stop.costs == [pytest.approx(100.0)]
+    assert study.stopped  # 100 s (next trial) + 1.15 x 3 x 100 s (held out) = 445 s > 400 s left
+    roomy = _BudgetStop(time.time() + 500, holdout_samples=200, search_samples=200, configs=3, search_records=8)
+    roomy(Study(), Trial(20.0, 8))
+    assert roomy.costs == [pytest.approx(20.0)]
