@@ -53,6 +53,8 @@ from rope_adapter.scoring.shared_prefix import TokenizedTask, prepare, token_log
 from rope_adapter.scoring.tasks import Sample, Task, get_task, split_records
 from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
+from .results import SweepResults
+
 POSITION_TASKS = ("kv_retrieval", "passkey", "mdqa")
 # ---------------------------------------------------------------------------------------------------- samples
 
@@ -147,8 +149,12 @@ def check_context(prompt_lengths: Sequence[int], max_positions: int | None, *, a
 
 
 @dataclass
-class PositionResults:
+class PositionResults(SweepResults):
     """Every sample's score for every variant, and the per-position summaries with 95 % intervals."""
+
+    KIND = "positions"
+    ROWS_KEY = "samples"
+    FIGURE = "positions.png"
 
     task: str
     metrics: list[str]
@@ -170,10 +176,6 @@ class PositionResults:
             ],
             dtype=np.float64,
         )
-
-    @property
-    def variant_names(self) -> list[str]:
-        return [v["name"] for v in self.variants]
 
     def interval(self, variant: str, metric: str, position: int | None = None) -> Interval:
         """Mean and 95 % interval of one variant's metric (Wilson for accuracy, Student t for log-probs)."""
@@ -215,57 +217,14 @@ class PositionResults:
                 }
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        """What results.json holds."""
-        return {
-            "kind": "positions",
-            "task": self.task,
-            "metrics": self.metrics,
-            "positions": self.positions,
-            "confidence": self.confidence,
-            "reference": self.reference,
-            "settings": self.settings,
-            "variants": self.variants,
-            "summary": self.summary(),
-            "comparisons": self.comparisons(),
-            "samples": self.rows,
-        }
+    def head(self) -> dict[str, Any]:
+        return {"task": self.task, "metrics": self.metrics, "positions": self.positions}
 
-    def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
-        """Write results.json, results.md and (with ``plot``) positions.png into ``out_dir``."""
+    def renderers(self) -> tuple[Callable[..., Path], Callable[..., str]]:
         from .plots import plot_positions
         from .report import positions_markdown
 
-        return write_results(out_dir, self.to_dict(), plot_positions, positions_markdown, "positions.png", plot)
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
-
-
-def write_results(
-    out_dir: str | os.PathLike[str],
-    data: Mapping[str, Any],
-    plot_fn: Callable[[Mapping[str, Any], Path], Path],
-    markdown_fn: Callable[..., str],
-    plot_name: str,
-    plot: bool = True,
-) -> dict[str, Path]:
-    """Write ``data`` as results.json, its Markdown as results.md and (with ``plot``) its figure ``plot_name``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "results.json", "markdown": out / "results.md"}
-    _write_json(paths["json"], data)
-    if plot:
-        paths["plot"] = plot_fn(data, out / plot_name)
-    paths["markdown"].write_text(markdown_fn(data, plot_name=plot_name if plot else None))
-    if data.get("kind") == "positions":  # the typed table the model card and the demo report read
-        from rope_adapter.scoring.results_table import ResultsTable
-
-        paths["table"] = ResultsTable.from_eval_results(data).write(out)
-    return paths
+        return plot_positions, positions_markdown
 
 
 def environment() -> dict[str, Any]:

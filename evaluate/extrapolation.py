@@ -41,7 +41,8 @@ from tqdm.auto import tqdm
 from rope_adapter.scoring.intervals import CONFIDENCE, mean_interval, paired_difference
 from rope_adapter.scoring.variants import AdapterPlan, Variant, describe_variant
 
-from .evaluation import EvalError, environment, iter_variants, make_task, write_results
+from .evaluation import EvalError, environment, iter_variants, make_task
+from .results import SweepResults
 
 _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
@@ -175,8 +176,12 @@ def window_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, *, chunk_to
 
 
 @dataclass
-class LengthResults:
+class LengthResults(SweepResults):
     """Per-window log-likelihoods for every variant and length, with perplexities and 95 % intervals."""
+
+    KIND = "lengths"
+    ROWS_KEY = "windows"
+    FIGURE = "lengths.png"
 
     lengths: list[int]
     variants: list[dict[str, Any]]
@@ -184,10 +189,6 @@ class LengthResults:
     reference: str = ""
     settings: dict[str, Any] = field(default_factory=dict)
     confidence: float = CONFIDENCE
-
-    @property
-    def variant_names(self) -> list[str]:
-        return [v["name"] for v in self.variants]
 
     def window_loglik(self, variant: str, length: int) -> np.ndarray:
         """Mean log-likelihood per token of each window (nats), in window order."""
@@ -230,26 +231,14 @@ class LengthResults:
             if name != self.reference
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": "lengths",
-            "task": "perplexity",
-            "lengths": self.lengths,
-            "confidence": self.confidence,
-            "reference": self.reference,
-            "settings": self.settings,
-            "variants": self.variants,
-            "summary": self.summary(),
-            "comparisons": self.comparisons(),
-            "windows": self.rows,
-        }
+    def head(self) -> dict[str, Any]:
+        return {"task": "perplexity", "lengths": self.lengths}
 
-    def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
-        """Write results.json, results.md and (with ``plot``) lengths.png into ``out_dir``."""
+    def renderers(self) -> tuple[Callable[..., Path], Callable[..., str]]:
         from .plots import plot_lengths
         from .report import lengths_markdown
 
-        return write_results(out_dir, self.to_dict(), plot_lengths, lengths_markdown, "lengths.png", plot)
+        return plot_lengths, lengths_markdown
 
 
 def evaluate_lengths(
