@@ -21,8 +21,14 @@ import shutil
 import time
 from pathlib import Path
 
+from rope_adapter import LrsConfig, LrsError
+from rope_adapter.cli import CliError, build_parser, main
+from rope_adapter.cli.search import settings_from_args
+from rope_adapter.embedded import resolve_model_path
+from rope_adapter.export.bake import check_adapter_fits
 from rope_adapter.export.card import build_card
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
+from rope_adapter.search.study import DEFAULT_UNIFORM, SearchError, check_search, check_stored_study
 
 STEP_FOLDERS = ("1-base-eval", "2-search", "3-heldout-eval", "4-exported")
 
@@ -57,8 +63,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _step(number: int, title: str, argv: list[str], commands: list[str]) -> None:
-    from rope_adapter.cli import CliError, main
-
     command = "rope-adapter " + shlex.join(argv)
     commands.append(command)
     print(f"\n[{number}/5] {title}\n$ {command}", flush=True)
@@ -69,8 +73,6 @@ def _step(number: int, title: str, argv: list[str], commands: list[str]) -> None
 
 def _parsed(argv: list[str]) -> argparse.Namespace:
     """A step's command line parsed as `rope-adapter` parses it; an argparse error becomes one CliError line."""
-    from rope_adapter.cli import CliError, build_parser
-
     printed = io.StringIO()
     try:
         with contextlib.redirect_stderr(printed):
@@ -99,10 +101,6 @@ def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
     """Refuse any setting a later step would refuse, before the first step runs: nothing is written and no model
     weights are loaded (the search's own checks read only the model's config, its tokenizer and the task's data;
     an existing study in ``OUT/2-search`` must have the same settings). :class:`CliError` with one line."""
-    from rope_adapter.cli import CliError
-    from rope_adapter.cli.search import settings_from_args
-    from rope_adapter.search.study import DEFAULT_UNIFORM, SearchError, check_search, check_stored_study
-
     for flag, value in (("--eval-records", args.eval_records), ("--search-records", args.search_records)):
         if value < 1:
             raise CliError(f"{flag} must be >= 1 (records per evaluation or per search trial), got {value}")
@@ -132,11 +130,6 @@ def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
 def _check_model_supported(model: str) -> None:
     """The search and the export need a model the adapter supports: checked on a meta-device skeleton."""
     from transformers import AutoConfig
-
-    from rope_adapter import LrsConfig, LrsError
-    from rope_adapter.cli import CliError
-    from rope_adapter.embedded import resolve_model_path
-    from rope_adapter.export.bake import check_adapter_fits
 
     try:
         check_adapter_fits(LrsConfig(), AutoConfig.from_pretrained(resolve_model_path(model)))

@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .peft_type import LRS_PEFT_TYPE
+
 FACTORS_KEY_SUFFIX = "lrs_factors"
 """The last part of the name of an LRS adapter's one tensor in ``adapter_model.safetensors``."""
 
@@ -71,8 +73,6 @@ def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _is_lrs_model(model: Any) -> bool:
-    from .peft_type import LRS_PEFT_TYPE
-
     configs = getattr(model, "peft_config", None) or {}
     return bool(configs) and all(getattr(c, "peft_type", None) == LRS_PEFT_TYPE for c in configs.values())
 

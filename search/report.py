@@ -138,8 +138,11 @@ def choose(
     found = max(pool, key=lambda r: select_key(r, spec, select)) if pool else None
     uniforms = [r for r in usable if r["baseline"] == "uniform"]
     if not uniforms:  # every uniform factor raced out against the unscaled model: the best estimate among them
-        uniforms = [r for r in records if r["baseline"] == "uniform" and r["state"] == "COMPLETE" and r["evaluated"]]
-        uniforms = [r for r in uniforms if r["feasible"]]
+        uniforms = [
+            r
+            for r in records
+            if r["baseline"] == "uniform" and r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"]
+        ]
     best_uniform = max(uniforms, key=lambda r: select_key(r, spec, select)) if uniforms else None
     base = next((r for r in records if r["baseline"] == "base" and r["state"] == "COMPLETE"), None)
     return found, best_uniform, base
