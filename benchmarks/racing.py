@@ -23,9 +23,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 from machine_info import environment
 
+from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.objective import position_means
 from rope_adapter.search.report import choose, trial_record
@@ -46,8 +46,17 @@ def summarise(result) -> dict:
             name: {"mean": cfg.get("mean"), "tf_accuracy": cfg.get("tf_accuracy")} for name, cfg in configs.items()
         },
         "holdout_found_minus_base": (holdout.get("differences", {}).get("found-base") or {}).get("mean"),
+        "holdout_tf_accuracy_found_minus_base": (
+            (holdout.get("differences", {}).get("found-base") or {}).get("tf_accuracy") or {}
+        ).get("mean"),
         "verdict": holdout.get("verdict"),
     }
+
+
+def _interval(diff: dict | None) -> str:
+    if not diff:
+        return "n/a"
+    return fmt_interval(diff.get("diff"), diff.get("ci_low"), diff.get("ci_high"), sign=True)
 
 
 def replay(settings: SearchSettings) -> dict:
@@ -93,6 +102,7 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=8)
     parser.add_argument("--uniform", type=float, nargs="*", default=[0.9, 1.1])
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -109,6 +119,7 @@ def main() -> None:
         population=args.population,
         uniform=tuple(args.uniform),
         seed=args.seed,
+        threads=args.threads,
     )
     arms = {}
     for name, race in (("racing", (0.2, 0.5)), ("plain", ())):
@@ -133,17 +144,17 @@ def main() -> None:
         f"study (one prefix forward pass each), population {args.population}, seed {args.seed}, uniform baselines "
         f"{args.uniform}. Held-out: {args.holdout_records} other records.",
         "",
-        "| arm | trials | scored records | saved | held-out found tf-accuracy | base | found - base (score) |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | trials | scored records | saved | held-out tf-accuracy: found | base | found - base [95 % CI] "
+        "| found - base, whole-answer log-prob [95 % CI] |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, arm in arms.items():
         hold = arm["holdout"]
-        diff = arm["holdout_found_minus_base"] or {}
         md.append(
             f"| {name} | {arm['trials']} | {arm['racing']['records_scored']} | "
-            f"{arm['racing']['saved_fraction']:.0%} | {np.round((hold.get('found') or {}).get('tf_accuracy', np.nan), 3)} | "
-            f"{np.round((hold.get('base') or {}).get('tf_accuracy', np.nan), 3)} | "
-            f"{diff.get('diff', float('nan')):+.4f} +- {diff.get('se') or float('nan'):.4f} |"
+            f"{arm['racing']['saved_fraction']:.0%} | {fmt((hold.get('found') or {}).get('tf_accuracy'))} | "
+            f"{fmt((hold.get('base') or {}).get('tf_accuracy'))} | "
+            f"{_interval(arm['holdout_tf_accuracy_found_minus_base'])} | {_interval(arm['holdout_found_minus_base'])} |"
         )
     rep = results["replay"]
     md += [

@@ -4,8 +4,9 @@
 
 writes ``decay.png``/``decay.json`` (RoFormer's relative upper bound by relative distance, one curve per
 factor, analytic) and ``attention.png``/``attention.json`` (per layer, the share of the last token's attention
-on the beginning, middle and end of kv-retrieval prompts, base vs the adapter, eager attention), with
-``analysis.md`` tying them together. ``--what decay`` needs no model weights. The flags are
+on the beginning, middle and end of kv-retrieval prompts, base vs the adapter, eager attention), and with
+``--what sensitivity`` ``sensitivity.png``/``.json`` (per layer, d whole-answer log-prob / d log s_l at the base and
+at the adapter's factors, with 95 % intervals over records), with ``analysis.md`` tying them together. ``--what decay`` needs no model weights. The flags are
 :class:`rope_adapter.evaluate.analyze.AnalyzeSettings`' fields; :func:`run_analysis` does the work.
 """
 
@@ -39,7 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="(1) RoFormer's relative upper bound of RoPE attention (its section 3.4.3) by relative "
         "distance for chosen factors, analytic; (2) per decoder layer, the share of the last token's attention "
         "that lands on the beginning, middle and end of the context, with and without an LRS adapter (eager "
-        "attention, for this analysis only). Writes decay.png, attention.png, their JSON and analysis.md.",
+        "attention, for this analysis only); (3) with --what sensitivity, per layer the slope of the gold answer's "
+        "log-prob in that layer's log factor (autograd). Writes decay.png, attention.png, sensitivity.png, their "
+        "JSON and analysis.md.",
     )
     add_model_arguments(p)
     p.add_argument("--adapter", help="LRS adapter (folder or Hub id) to compare with the base model")
@@ -48,7 +51,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="instead of --adapter, any variant spec of `eval` (uniform:1.25, linear:2+adapter:PATH, ...)",
     )
     p.add_argument("--out", type=Path, default=Path("analysis"), help="output folder")
-    p.add_argument("--what", default="decay,attention", help="decay, attention, or both")
+    p.add_argument(
+        "--what",
+        default="decay,attention",
+        help="comma-separated parts: decay, attention, sensitivity (d score / d log s_l per layer by autograd: "
+        "one forward and backward pass per sample, so not in the default)",
+    )
     g = p.add_argument_group("decay bound")
     g.add_argument("--factors", type=_float_list, default=[1.25, 2.0], help="factors to draw besides 1 (base)")
     g.add_argument("--max-distance", type=int, help="largest relative distance (default: the model's positions)")

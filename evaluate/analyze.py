@@ -1,9 +1,11 @@
 """``run_analysis(AnalyzeSettings)``: what ``rope-adapter analyze`` runs, from Python.
 
 (1) RoFormer's relative upper bound of RoPE attention by relative distance for chosen factors (analytic, no
-weights) and (2) per decoder layer, the share of the last token's attention on the beginning, middle and end of
-task prompts, base vs one variant (eager attention). Writes ``decay.json``/``.png``, ``attention.json``/``.png``
-and ``analysis.md``. Every input is checked before anything is written or loaded.
+weights), (2) per decoder layer, the share of the last token's attention on the beginning, middle and end of
+task prompts, base vs one variant (eager attention), and (3) per decoder layer, the sensitivity of the whole gold
+answer's log-prob to that layer's factor, d score / d log s_l, at the base and at the variant's factors
+(autograd, :mod:`rope_adapter.evaluate.sensitivity`). Writes ``decay``, ``attention`` and ``sensitivity``
+``.json``/``.png`` and ``analysis.md``. Every input is checked before anything is written or loaded.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ from .run import (
     checked_model_config,
     checked_task_kwargs,
 )
+from .sensitivity_report import sensitivity_section
 
-PARTS = ("decay", "attention")
+PARTS = ("decay", "attention", "sensitivity")
+PROMPT_PARTS = ("attention", "sensitivity")  # the parts that run the model on task prompts
 
 
 @dataclass
@@ -49,7 +53,7 @@ class AnalyzeSettings(SampleSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.parts or any(x not in PARTS for x in self.parts):
-            raise EvalError(f"--what takes decay, attention or both, got {self.what!r}")
+            raise EvalError(f"--what takes a comma-separated list of {', '.join(PARTS)}, got {self.what!r}")
         if self.adapter and self.variant:
             raise EvalError("give --adapter or --variant, not both")
         if self.head_dim is not None and (self.head_dim < 2 or self.head_dim % 2):
@@ -62,8 +66,8 @@ class AnalyzeSettings(SampleSettings):
             raise EvalError(f"--max-distance must be >= 1, got {self.max_distance}")
         if self.skip_first < 0:
             raise EvalError(f"--skip-first must be >= 0, got {self.skip_first}")
-        if "attention" in self.parts and self.task not in ev.POSITION_TASKS:
-            raise EvalError(f"attention shares need prompts: --task {', '.join(ev.POSITION_TASKS)}")
+        if set(PROMPT_PARTS) & set(self.parts) and self.task not in ev.POSITION_TASKS:
+            raise EvalError(f"attention shares and sensitivity need prompts: --task {', '.join(ev.POSITION_TASKS)}")
 
     @property
     def parts(self) -> list[str]:
@@ -109,7 +113,12 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
     if variant is not None and variant.is_base:
         raise EvalError("--variant base compares the base with itself; give an adapter or another variant")
     check_out_folder(s.out)
-    need_config = "attention" in s.parts or variant is not None or s.head_dim is None or s.theta is None
+    if "sensitivity" in s.parts and variant is not None and variant.rope_type is not None:
+        raise EvalError(
+            f"sensitivity is taken in the LRS factors only; {variant.spec!r} changes the RoPE type: give an "
+            "adapter or uniform:S variant, or leave sensitivity out of --what"
+        )
+    need_config = bool(set(PROMPT_PARTS) & set(s.parts)) or variant is not None or s.head_dim is None or s.theta is None
     path = config = None
     if need_config:
         path, config = checked_model_config(s.model)
@@ -119,8 +128,17 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
     paths: dict[str, Path] = {}
     if "decay" in s.parts:
         report += _decay(s, config, variant, plans, out, paths, log)
-    if "attention" in s.parts:
-        report += _attention(s, path, config, variant, plans, out, paths, log)
+    if set(PROMPT_PARTS) & set(s.parts):
+        prompts = _Prompts(s, path, config, log)
+        if "attention" in s.parts:
+            report += _attention(s, prompts, variant, plans, out, paths, log)
+        if "sensitivity" in s.parts:
+            points: list[tuple[str, list[float] | None]] = [("base", None)]
+            if variant is not None:
+                points.append((variant.name, variant_factors(variant, plans, config)))
+            report += sensitivity_section(
+                prompts.task, prompts.model, points, out, paths, log, progress=s.progress, model_name=str(s.model)
+            )
     out.mkdir(parents=True, exist_ok=True)
     paths["markdown"] = out / "analysis.md"
     paths["markdown"].write_text("\n".join(report) + "\n")
@@ -164,22 +182,36 @@ def _decay(s: AnalyzeSettings, config: Any, variant: Any, plans: dict, out: Path
     ]
 
 
+class _Prompts:
+    """The task's prompts, tokenised and checked against the model's context; the model loaded once, on demand."""
+
+    def __init__(self, s: AnalyzeSettings, path: Any, config: Any, log: Callable[[str], None]) -> None:
+        self.path, self.config, self.log, self.settings = path, config, log, s
+        tokenizer = ev.load_tokenizer(path)
+        kwargs = checked_task_kwargs(s.task, s.task_kwargs())
+        task, samples = ev.make_task_samples(
+            s.task, num_samples=s.num_samples, seed=s.seed, held_out_after=s.held_out_after, **kwargs
+        )
+        self.chat = chat_template_flag(s.chat_template, tokenizer)
+        self.task = ev.prepare_samples(samples, tokenizer, task, chat_template=self.chat, system_prompt=s.system_prompt)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        ev.check_context([len(x) for x in self.task.full_ids], getattr(text, "max_position_embeddings", None))
+        self.device = checked_device(s.device)
+        self._model: Any = None
+
+    def model(self) -> Any:
+        if self._model is None:
+            self.log(f"loading {self.settings.model} ({self.device})")
+            self._model, _ = ev.load_model(self.path, dtype=self.settings.dtype, device=self.device)
+        return self._model
+
+
 def _attention(
-    s: AnalyzeSettings, path: Any, config: Any, variant: Any, plans: dict, out: Path, paths: dict, log: Any
+    s: AnalyzeSettings, prompts: _Prompts, variant: Any, plans: dict, out: Path, paths: dict, log: Any
 ) -> list[str]:
-    tokenizer = ev.load_tokenizer(path)
-    kwargs = checked_task_kwargs(s.task, s.task_kwargs())
-    task, samples = ev.make_task_samples(
-        s.task, num_samples=s.num_samples, seed=s.seed, held_out_after=s.held_out_after, **kwargs
-    )
-    chat = chat_template_flag(s.chat_template, tokenizer)
-    prepared = ev.prepare_samples(samples, tokenizer, task, chat_template=chat, system_prompt=s.system_prompt)
-    sequences = prepared.prompt_ids
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    ev.check_context([len(x) for x in sequences], getattr(text, "max_position_embeddings", None))
-    device = checked_device(s.device)
-    log(f"attention shares on {len(sequences)} {s.task} prompt(s); loading {s.model} ({device})")
-    model, _ = ev.load_model(path, dtype=s.dtype, device=device)
+    sequences = prompts.task.prompt_ids
+    log(f"attention shares on {len(sequences)} {s.task} prompt(s)")
+    model = prompts.model()
     entries = []
     for v in [Variant("base")] + ([variant] if variant is not None else []):
         with build_variant(model, v, plans.get(v.name)) as built:
@@ -197,7 +229,7 @@ def _attention(
         "task": s.task,
         "model": str(s.model),
         "prompt_tokens": tokens,
-        "chat_template": chat,
+        "chat_template": prompts.chat,
         "variants": entries,
     }
     out.mkdir(parents=True, exist_ok=True)

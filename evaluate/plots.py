@@ -4,6 +4,7 @@
 - :func:`plot_lengths`: perplexity by context length, one line per variant, log scales.
 - :func:`plot_decay`: RoFormer's relative upper bound of RoPE attention by relative distance, per factor.
 - :func:`plot_attention_shares`: per-layer share of the last token's attention on beginning/middle/end.
+- :func:`plot_sensitivity`: d score / d log s_l per layer with its 95 % band, and by gold position.
 
 Each takes the dict its results file holds, so a figure can be redrawn from the file alone.
 """
@@ -231,6 +232,44 @@ def plot_attention_shares(data: Mapping[str, Any], path: str | os.PathLike[str])
     fig.suptitle(
         f"Share of the last token's attention by context region (mean over heads and {data.get('num_samples', '?')} "
         f"prompts" + (f"; first {skip} token(s) left out" if skip else "") + ")",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_sensitivity(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    """sensitivity.png: per layer, the mean d score / d log s_l with its 95 % interval (one line per point),
+    and a heat map (gold position x layer) for the first point."""
+    points: Sequence[Mapping[str, Any]] = data["points"]
+    fig, (ax, heat) = plt.subplots(1, 2, figsize=(11.5, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    for i, point in enumerate(points):
+        rows = point["by_layer"]
+        layers = np.array([r["layer"] for r in rows])
+        mean = np.array([r["mean"] for r in rows], dtype=float)
+        low, high = _bounds(rows)
+        color = _PALETTE(i)
+        ax.plot(layers, mean, marker=_MARKERS[i % len(_MARKERS)], ms=3.5, color=color, label=point["name"])
+        ax.fill_between(layers, low, high, color=color, alpha=0.18, linewidth=0)
+    ax.axhline(0.0, color="0.4", linewidth=0.8)
+    ax.set_xlabel("decoder layer")
+    ax.set_ylabel("d score / d log s  (score: whole-answer log-prob)")
+    ax.legend(fontsize=8, frameon=False)
+    ax.grid(alpha=0.3)
+    first = points[0]
+    positions = sorted(first["by_position"], key=int)
+    values = np.array([first["by_position"][p] for p in positions], dtype=float)
+    limit = float(np.abs(values).max()) or 1e-6
+    im = heat.imshow(values, aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit, origin="upper")
+    heat.set_yticks(range(len(positions)))
+    heat.set_yticklabels(positions, fontsize=7)
+    heat.set_ylabel("gold position")
+    heat.set_xlabel("decoder layer")
+    heat.set_title(f"{first['name']}: by gold position", fontsize=9)
+    fig.colorbar(im, ax=heat, fraction=0.05, pad=0.03)
+    fig.suptitle(
+        f"Sensitivity of the gold answer's log-prob to each layer's RoPE factor ({data.get('num_samples', '?')} "
+        f"samples of {data.get('num_records', '?')} records; band: 95 % over records)",
         fontsize=10,
     )
     fig.tight_layout()

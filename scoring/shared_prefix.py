@@ -324,6 +324,8 @@ class TokenLogprobs:
     samples: list[Sample]
     values: list[np.ndarray]
     greedy: list[np.ndarray] | None = None
+    rows: list[int] | None = None
+    """The ``TokenizedTask.full_ids`` row (answer form) each sample's values come from; None: row i = sample i."""
 
     def exact(self) -> np.ndarray:
         """Teacher-forced exact match per sample: every target token is the argmax given the gold prefix.
@@ -412,7 +414,7 @@ def _collapse_forms(task: TokenizedTask, values: list, greedy: list) -> TokenLog
     for rows in task.forms:
         exact = [r for r in rows if bool(greedy[r].all())]
         chosen.append(exact[0] if exact else max(rows, key=lambda r: float(values[r].sum())))
-    return TokenLogprobs(task.samples, [values[r] for r in chosen], [greedy[r] for r in chosen])
+    return TokenLogprobs(task.samples, [values[r] for r in chosen], [greedy[r] for r in chosen], chosen)
 
 
 def _score_chunk(

@@ -162,6 +162,36 @@ def test_cli_analyze(model_dir, tmp_path):
         assert (out / name).stat().st_size > 0
 
 
+def test_cli_sensitivity_at_base_and_adapter(model_dir, tmp_path):
+    adapter = tmp_path / "adapter"
+    factors = [0.8, 1.25, 1.5]
+    get_peft_model(tiny_model("llama", num_layers=3), LrsConfig(factors=factors)).save_pretrained(adapter)
+    out = tmp_path / "sens"
+    args = ["analyze", "--model", str(model_dir), "--adapter", str(adapter), "--what", "sensitivity,attention"]
+    args += ["--num-pairs", "3", "--num-positions", "3", "--num-samples", "2", "--out", str(out), "--no-progress"]
+    assert main(args + ["--device", "cpu"]) == 0
+    data = json.loads((out / "sensitivity.json").read_text())
+    assert [p["name"] for p in data["points"]] == ["base", parse_variant(f"adapter:{adapter}").name]
+    assert data["points"][0]["factors"] == [1.0] * 3
+    assert data["points"][1]["factors"] == pytest.approx(factors)
+    assert data["num_samples"] == 6 and data["num_records"] == 2
+    base, found = (np.asarray(p["per_sample"]) for p in data["points"])
+    assert base.shape == found.shape == (6, 3) and not np.allclose(base, found)  # two different points
+    assert not (out / "decay.json").exists()  # only the parts asked for
+    md = (out / "analysis.md").read_text()
+    assert "## Sensitivity to each layer's factor" in md and "## Where the last token's attention lands" in md
+    assert (out / "sensitivity.png").stat().st_size > 0
+
+
+def test_cli_sensitivity_refuses_a_rope_type_variant(model_dir, tmp_path, capsys):
+    out = tmp_path / "analysis"
+    rc = main(
+        ["analyze", "--model", str(model_dir), "--what", "sensitivity", "--variant", "linear:2", "--out", str(out)]
+    )
+    assert rc == 2 and "LRS factors only" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_cli_decay_alone_needs_no_model(tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("no model needed")
