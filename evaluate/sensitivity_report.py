@@ -15,9 +15,14 @@ from .plots import plot_sensitivity
 from .sensitivity import layer_sensitivity
 
 
+def _clear(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The layers whose interval excludes 0."""
+    return [r for r in rows if r["ci_low"] is not None and (r["ci_low"] > 0 or r["ci_high"] < 0)]
+
+
 def _top(rows: Sequence[dict[str, Any]], n: int = 3) -> str:
     """The ``n`` layers with the largest |mean| whose interval excludes 0, or a plain statement that none does."""
-    clear = [r for r in rows if r["ci_low"] is not None and (r["ci_low"] > 0 or r["ci_high"] < 0)]
+    clear = _clear(rows)
     if not clear:
         return "no layer's interval excludes 0"
     clear.sort(key=lambda r: -abs(r["mean"]))
@@ -54,23 +59,36 @@ def sensitivity_section(
     paths["sensitivity_json"] = out / "sensitivity.json"
     paths["sensitivity_json"].write_text(json.dumps(data, indent=1) + "\n")
     paths["sensitivity_plot"] = plot_sensitivity(data, out / "sensitivity.png")
+    return sensitivity_lines(data)
+
+
+def sensitivity_lines(data: dict[str, Any]) -> list[str]:
+    """The Markdown section of ``analysis.md``, from ``sensitivity.json``'s dict alone."""
+    entries = data["points"]
+    records = data["num_records"]
+    layers = len(entries[0]["by_layer"])
     lines = [
         "## Sensitivity to each layer's factor",
         "",
-        f"d score / d log s_l, score = mean log-prob of the whole gold answer, on {len(task)} samples of {records} "
+        f"d score / d log s_l, score = mean log-prob of the whole gold answer, on {data['num_samples']} samples of "
+        f"{records} "
         "records, by autograd. Positive: a slightly larger factor on that layer raises the gold answer's "
         "log-prob here. A local slope, not a promise of a gain at a finite step; intervals are 95 % over records.",
         "",
         "![sensitivity](sensitivity.png)",
         "",
-        "| point | score | tf-accuracy | largest clear slopes |",
-        "|---|---|---|---|",
+        f"| point | score | tf-accuracy | intervals excluding 0 (by chance alone: about {0.05 * layers:.1f}) "
+        "| largest clear slopes |",
+        "|---|---|---|---|---|",
     ]
     for e in entries:
-        lines.append(f"| `{e['name']}` | {fmt(e['score_mean'], 4)} | {fmt(e['tf_accuracy'])} | {_top(e['by_layer'])} |")
+        lines.append(
+            f"| `{e['name']}` | {fmt(e['score_mean'], 4)} | {fmt(e['tf_accuracy'])} | "
+            f"{len(_clear(e['by_layer']))} of {layers} | {_top(e['by_layer'])} |"
+        )
     lines += ["", "| layer | " + " | ".join(f"`{e['name']}`" for e in entries) + " |"]
     lines.append("|---|" + "---|" * len(entries))
-    for layer in range(len(entries[0]["by_layer"])):
+    for layer in range(layers):
         cells = [e["by_layer"][layer] for e in entries]
         lines.append(
             f"| {layer} | "

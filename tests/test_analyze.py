@@ -23,6 +23,7 @@ from rope_adapter.evaluate.analysis import (
     relative_upper_bound,
     rope_inv_freq,
 )
+from rope_adapter.evaluate.sensitivity_report import sensitivity_lines
 from rope_adapter.scoring.variants import build_variant, parse_variant
 
 # ---------------------------------------------------------------------------------------------------- decay bound
@@ -180,6 +181,7 @@ def test_cli_sensitivity_at_base_and_adapter(model_dir, tmp_path):
     assert not (out / "decay.json").exists()  # only the parts asked for
     md = (out / "analysis.md").read_text()
     assert "## Sensitivity to each layer's factor" in md and "## Where the last token's attention lands" in md
+    assert "\n".join(sensitivity_lines(data)) in md  # the section redraws from the JSON file alone
     assert (out / "sensitivity.png").stat().st_size > 0
 
 
