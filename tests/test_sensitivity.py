@@ -31,10 +31,17 @@ def tiny_copy(model):
     return copy.deepcopy(model)
 
 
-@pytest.mark.parametrize("point", [None, [0.8, 1.0, 1.3]])
-def test_gradient_matches_central_differences_in_log_factor(point):
+@pytest.mark.parametrize(
+    ("arch", "point"),
+    [
+        ("llama", None),
+        ("llama", [0.8, 1.0, 1.3]),
+        ("gemma3_text", [1.2, 0.9, 1.1]),
+    ],  # gemma3: one rotary, two layer types
+)
+def test_gradient_matches_central_differences_in_log_factor(arch, point):
     torch.manual_seed(0)
-    model = tiny_model("llama", num_layers=3).double()
+    model = tiny_model(arch, num_layers=3).double()
     task = kv_task()
     got = layer_sensitivity(model, task, point)
     base = np.ones(3) if point is None else np.array(point)
