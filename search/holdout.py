@@ -166,7 +166,12 @@ def holdout_verdict(holdout: Mapping[str, Any]) -> str:
     if whole is not None:
         d = whole["mean"]
         detail = describe_difference("diff", d).split(": ", 1)[1]
-        if _verdict(d) == "worse":
+        if _verdict(d) == "worse" and holdout.get("k") is None:  # the score already spans the whole answer
+            text += (
+                f" Warning: the whole answer's log-prob is lower than the unscaled model's ({detail}): the found "
+                "factors make the gold answer less likely, whatever their accuracy."
+            )
+        elif _verdict(d) == "worse":
             text += (
                 f" Warning: over the whole answer (every token, not the first {holdout['k']}) they are worse than "
                 f"the unscaled model ({detail}): the score's gain does not carry to the full answer."

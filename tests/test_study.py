@@ -238,6 +238,11 @@ def test_holdout_verdict_flags_a_first_k_gain_that_hurts_the_whole_answer():
     assert "Warning: over the whole answer (every token, not the first 4) they are worse" in verdict
     holdout["differences"]["found-base"]["whole_answer"] = diff(0.01, 0.02)
     assert "Warning" not in holdout_verdict(holdout) and "Over the whole answer" in holdout_verdict(holdout)
+    holdout.update(k=None)  # the default score: the whole answer already; the warning must not speak of a first k
+    holdout["differences"]["found-base"]["whole_answer"] = diff(-0.03, 0.005)
+    verdict = holdout_verdict(holdout)
+    assert "Warning: the whole answer's log-prob is lower than the unscaled model's" in verdict
+    assert "None" not in verdict and "first" not in verdict
 
 
 def test_pareto_front_and_choice():
