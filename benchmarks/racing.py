@@ -32,23 +32,23 @@ from rope_adapter.search.report import choose, trial_record
 from rope_adapter.search.study import make_worker, open_storage
 
 
-def summarise(result) -> dict:
-    report = result.report
+def summarise(report: dict, out_dir: str, chosen_trial: int | None) -> dict:
+    """One arm's numbers, from its ``search_report.json`` dict (what ``run_search`` wrote)."""
     holdout = report.get("holdout") or {}
     configs = holdout.get("configs", {})
+    found_base = holdout.get("differences", {}).get("found-base") or {}
     return {
-        "out": str(result.out_dir),
+        "out": str(out_dir),
         "trials": report["study"]["complete"],
         "racing": report["study"]["racing"],
-        "chosen_trial": result.chosen_trial,
+        "chosen_trial": chosen_trial,
         "search_objectives": (report.get("chosen") or {}).get("objectives"),
         "holdout": {
             name: {"mean": cfg.get("mean"), "tf_accuracy": cfg.get("tf_accuracy")} for name, cfg in configs.items()
         },
-        "holdout_found_minus_base": (holdout.get("differences", {}).get("found-base") or {}).get("mean"),
-        "holdout_tf_accuracy_found_minus_base": (
-            (holdout.get("differences", {}).get("found-base") or {}).get("tf_accuracy") or {}
-        ).get("mean"),
+        "holdout_score_found_minus_base": found_base.get("mean"),
+        "holdout_tf_accuracy_found_minus_base": (found_base.get("tf_accuracy") or {}).get("mean"),
+        "holdout_whole_answer_found_minus_base": (found_base.get("whole_answer") or {}).get("mean"),
         "verdict": holdout.get("verdict"),
     }
 
@@ -125,7 +125,9 @@ def main() -> None:
     for name, race in (("racing", (0.2, 0.5)), ("plain", ())):
         settings = replace(base, race=race, out=str(out / name))
         start = time.perf_counter()
-        arms[name] = {**summarise(run_search(settings)), "seconds": time.perf_counter() - start}
+        result = run_search(settings)
+        summary = summarise(result.report, str(result.out_dir), result.chosen_trial)
+        arms[name] = {**summary, "seconds": time.perf_counter() - start}
     raced_settings = replace(base, race=(0.2, 0.5), out=str(out / "racing"))
     results = {
         "model": args.model,
@@ -134,19 +136,26 @@ def main() -> None:
         "replay": replay(raced_settings),
         "environment": environment(),
     }
+    write(results, out)
+
+
+def write(results: dict, out: Path) -> None:
+    """``<out>.json`` and ``<out>.md`` from the results dict."""
+    args = results["settings"]
+    arms = results["arms"]
     out.mkdir(parents=True, exist_ok=True)
     path = out.with_suffix(".json")
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
     md = [
-        f"# Racing vs plain NSGA-II: {args.model}, {args.pairs} pairs",
+        f"# Racing vs plain NSGA-II: {results['model']}, {args['pairs']} pairs",
         "",
-        f"{args.search_records} search records x 5 positions, budget {args.max_records} scored search records per "
-        f"study (one prefix forward pass each), population {args.population}, seed {args.seed}, uniform baselines "
-        f"{args.uniform}. Held-out: {args.holdout_records} other records.",
+        f"{args['search_records']} search records x 5 positions, budget {args['max_records']} scored search records "
+        f"per study (one prefix forward pass each), population {args['population']}, seed {args['seed']}, uniform "
+        f"baselines {args['uniform']}. Held-out: {args['holdout_records']} other records.",
         "",
         "| arm | trials | scored records | saved | held-out tf-accuracy: found | base | found - base [95 % CI] "
-        "| found - base, whole-answer log-prob [95 % CI] |",
-        "|---|---|---|---|---|---|---|---|",
+        "| found - base, whole-answer log-prob per token [95 % CI] | seconds |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, arm in arms.items():
         hold = arm["holdout"]
@@ -154,14 +163,15 @@ def main() -> None:
             f"| {name} | {arm['trials']} | {arm['racing']['records_scored']} | "
             f"{arm['racing']['saved_fraction']:.0%} | {fmt((hold.get('found') or {}).get('tf_accuracy'))} | "
             f"{fmt((hold.get('base') or {}).get('tf_accuracy'))} | "
-            f"{_interval(arm['holdout_tf_accuracy_found_minus_base'])} | {_interval(arm['holdout_found_minus_base'])} |"
+            f"{_interval(arm['holdout_tf_accuracy_found_minus_base'])} | "
+            f"{_interval(arm['holdout_whole_answer_found_minus_base'])} | {arm.get('seconds', 0):.0f} |"
         )
     rep = results["replay"]
     md += [
         "",
-        f"Replay of the racing study with full scoring: {rep['replayed_trials']} stopped trials rescored; racing chose "
-        f"trial {rep['raced_choice']}, full scoring chooses trial {rep['full_scoring_choice']} "
-        f"({'the same' if rep['same_trial'] else 'a different one'}).",
+        f"Replay of the racing study with full scoring: {rep['replayed_trials']} stopped trials rescored "
+        f"({rep['seconds']:.0f} s); racing chose trial {rep['raced_choice']}, full scoring chooses trial "
+        f"{rep['full_scoring_choice']} ({'the same' if rep['same_trial'] else 'a different one'}).",
         "",
     ]
     path.with_suffix(".md").write_text("\n".join(md))

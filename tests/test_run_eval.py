@@ -117,11 +117,11 @@ def test_the_one_number_formatter():
 @pytest.mark.parametrize(
     ("kwargs", "needle"),
     [
-        ({"what": "colour"}, "--what takes decay, attention or both"),
+        ({"what": "colour"}, "--what takes a comma-separated list of decay, attention, sensitivity"),
         ({"adapter": "a", "variant": "uniform:1.2"}, "give --adapter or --variant, not both"),
         ({"head_dim": 7}, "--head-dim must be an even number"),
         ({"skip_first": -1}, "--skip-first must be >= 0"),
-        ({"task": "perplexity"}, "attention shares need prompts"),
+        ({"task": "perplexity"}, "attention shares and sensitivity need prompts"),
     ],
 )
 def test_analyze_settings_are_checked_when_made(kwargs, needle, tmp_path):
