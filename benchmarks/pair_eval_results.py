@@ -1,0 +1,90 @@
+"""Paired differences between variants scored by two `rope-adapter eval` runs on the same samples.
+
+Two runs with the same task, seed and record count score the same samples, so a variant added later (the found
+adapter) can be compared with variants scored earlier without scoring them again. Samples are matched by
+(record id, gold position); the difference of each metric is paired by record (each record's mean over its gold
+positions, then a t interval over records), the rule the search's held-out report uses.
+
+    .venv/bin/python benchmarks/pair_eval_results.py NEW/results.json found OLD/results.json base uniform:1.05
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from rope_adapter.scoring.intervals import paired_difference
+from rope_adapter.scoring.numbers import fmt, fmt_interval
+
+
+def scores(path: Path, variant: str, metric: str) -> dict[tuple[str, int], float]:
+    rows = [s for s in json.loads(path.read_text())["samples"] if s["variant"] == variant]
+    if not rows:
+        raise SystemExit(f"{path}: no samples of variant {variant!r}")
+    return {(s["record_id"], int(s["position"])): float(s[metric]) for s in rows if s.get(metric) is not None}
+
+
+def by_record(values: dict[tuple[str, int], float], keys: list[tuple[str, int]]) -> np.ndarray:
+    records = sorted({r for r, _ in keys})
+    return np.array([np.mean([values[k] for k in keys if k[0] == r]) for r in records])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("new", type=Path)
+    parser.add_argument("variant")
+    parser.add_argument("old", type=Path)
+    parser.add_argument("references", nargs="+")
+    parser.add_argument("--metrics", default="tf_accuracy,logprob")
+    parser.add_argument("--out", type=Path, help="write the table here (Markdown) and beside it as JSON")
+    args = parser.parse_args()
+    lines = [
+        f"# `{args.variant}` ({args.new}) against {', '.join(f'`{r}`' for r in args.references)} ({args.old})",
+        "",
+        "Matched by (record, gold position); differences paired by record, 95 % t interval over records.",
+        "",
+        "| metric | comparison | samples | records | by position | mean [95 % CI] | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    data = []
+    for metric in args.metrics.split(","):
+        new = scores(args.new, args.variant, metric)
+        for ref in args.references:
+            old = scores(args.old, ref, metric)
+            keys = sorted(set(new) & set(old))
+            if not keys:
+                raise SystemExit(f"no common samples between {args.variant!r} and {ref!r}")
+            d = paired_difference(by_record(new, keys), by_record(old, keys))
+            positions = sorted({p for _, p in keys})
+            per = {p: float(np.mean([new[k] - old[k] for k in keys if k[1] == p])) for p in positions}
+            text = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in per.items())
+            lines.append(
+                f"| {metric} | {args.variant} - {ref} | {len(keys)} | {d.n} | {text} | "
+                f"{fmt_interval(d.mean, d.low, d.high, sign=True)} | {d.verdict} |"
+            )
+            data.append(
+                {
+                    "metric": metric,
+                    "variant": args.variant,
+                    "reference": ref,
+                    "samples": len(keys),
+                    "records": d.n,
+                    "by_position": per,
+                    "mean": d.mean,
+                    "ci_low": d.low,
+                    "ci_high": d.high,
+                    "verdict": d.verdict,
+                }
+            )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
