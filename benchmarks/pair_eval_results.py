@@ -3,7 +3,8 @@
 Two runs with the same task, seed and record count score the same samples, so a variant added later (the found
 adapter) can be compared with variants scored earlier without scoring them again. Samples are matched by
 (record id, gold position); the difference of each metric is paired by record (each record's mean over its gold
-positions, then a t interval over records), the rule the search's held-out report uses.
+positions, then a t interval over records): ``rope_adapter.scoring.paired.paired_difference``, the rule the
+search's held-out report uses.
 
     .venv/bin/python benchmarks/pair_eval_results.py NEW/results.json found OLD/results.json base uniform:1.05
 """
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rope_adapter.scoring.intervals import paired_difference
 from rope_adapter.scoring.numbers import fmt, fmt_interval
+from rope_adapter.scoring.paired import paired_difference
 
 
 def scores(path: Path, variant: str, metric: str) -> dict[tuple[str, int], float]:
@@ -25,11 +26,6 @@ def scores(path: Path, variant: str, metric: str) -> dict[tuple[str, int], float
     if not rows:
         raise SystemExit(f"{path}: no samples of variant {variant!r}")
     return {(s["record_id"], int(s["position"])): float(s[metric]) for s in rows if s.get(metric) is not None}
-
-
-def by_record(values: dict[tuple[str, int], float], keys: list[tuple[str, int]]) -> np.ndarray:
-    records = sorted({r for r, _ in keys})
-    return np.array([np.mean([values[k] for k in keys if k[0] == r]) for r in records])
 
 
 def main() -> None:
@@ -57,13 +53,18 @@ def main() -> None:
             keys = sorted(set(new) & set(old))
             if not keys:
                 raise SystemExit(f"no common samples between {args.variant!r} and {ref!r}")
-            d = paired_difference(by_record(new, keys), by_record(old, keys))
-            positions = sorted({p for _, p in keys})
-            per = {p: float(np.mean([new[k] - old[k] for k in keys if k[1] == p])) for p in positions}
+            d = paired_difference(
+                np.array([new[k] for k in keys]),
+                np.array([old[k] for k in keys]),
+                np.array([p for _, p in keys]),
+                [r for r, _ in keys],
+            )
+            mean = d["mean"]
+            per = {int(p): v["diff"] for p, v in d["by_position"].items()}
             text = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in per.items())
             lines.append(
-                f"| {metric} | {args.variant} - {ref} | {len(keys)} | {d.n} | {text} | "
-                f"{fmt_interval(d.mean, d.low, d.high, sign=True)} | {d.verdict} |"
+                f"| {metric} | {args.variant} - {ref} | {len(keys)} | {mean['n_records']} | {text} | "
+                f"{fmt_interval(mean['diff'], mean['ci_low'], mean['ci_high'], sign=True)} | {mean['verdict']} |"
             )
             data.append(
                 {
@@ -71,12 +72,12 @@ def main() -> None:
                     "variant": args.variant,
                     "reference": ref,
                     "samples": len(keys),
-                    "records": d.n,
+                    "records": mean["n_records"],
                     "by_position": per,
-                    "mean": d.mean,
-                    "ci_low": d.low,
-                    "ci_high": d.high,
-                    "verdict": d.verdict,
+                    "mean": mean["diff"],
+                    "ci_low": mean["ci_low"],
+                    "ci_high": mean["ci_high"],
+                    "verdict": mean["verdict"],
                 }
             )
     text = "\n".join(lines) + "\n"

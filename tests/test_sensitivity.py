@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -21,14 +23,8 @@ def kv_task(records: int = 2):
 
 def whole_answer_scores(model, task, factors) -> np.ndarray:
     """The score the search uses (mean log-prob of the whole answer, chosen form) at ``factors``."""
-    work = get_peft_model(tiny_copy(model), LrsConfig(factors=list(factors)))
+    work = get_peft_model(copy.deepcopy(model), LrsConfig(factors=list(factors)))
     return token_logprobs(work.eval(), task).mean()
-
-
-def tiny_copy(model):
-    import copy
-
-    return copy.deepcopy(model)
 
 
 @pytest.mark.parametrize(
