@@ -1,12 +1,18 @@
-"""Paired differences between variants scored by two `rope-adapter eval` runs on the same samples.
+"""Paired differences between variants scored by several `rope-adapter eval` runs, pooled over their records.
 
-Two runs with the same task, seed and record count score the same samples, so a variant added later (the found
-adapter) can be compared with variants scored earlier without scoring them again. Samples are matched by
-(record id, gold position); the difference of each metric is paired by record (each record's mean over its gold
-positions, then a t interval over records): ``rope_adapter.scoring.paired.paired_difference``, the rule the
-search's held-out report uses.
+Runs with the same task, seed and record count score the same samples, so a variant added later (the found
+adapter) can be compared with variants scored earlier without scoring them again. Runs on other seeds add other
+records: every sample is keyed by (record id, gold position), and record ids name their seed (``kv-seed7:17``),
+so the pooled comparison counts each record once. Each comparison ``A B`` takes the samples both variants have;
+the difference of each metric is paired by record (each record's mean over its gold positions, then a t interval
+over records, and beside it a percentile bootstrap interval over records):
+``rope_adapter.scoring.paired.paired_difference``, the rule the search's held-out report uses.
 
-    .venv/bin/python benchmarks/pair_eval_results.py NEW/results.json found OLD/results.json base uniform:1.05
+    .venv/bin/python benchmarks/pair_eval_results.py SEED7/results.json SEED7-FOUND/results.json \\
+        SEED8/results.json --compare found base --compare found uniform:1.05 --out pooled/paired.md
+
+Runs of another model, task or prompt layout (pairs, positions, chat template) are refused, as is a sample
+scored twice with different values.
 """
 
 from __future__ import annotations
@@ -14,77 +20,136 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.scoring.paired import paired_difference
 
+Key = tuple[str, int]
 
-def scores(path: Path, variant: str, metric: str) -> dict[tuple[str, int], float]:
-    rows = [s for s in json.loads(path.read_text())["samples"] if s["variant"] == variant]
-    if not rows:
-        raise SystemExit(f"{path}: no samples of variant {variant!r}")
-    return {(s["record_id"], int(s["position"])): float(s[metric]) for s in rows if s.get(metric) is not None}
+
+def _layout(data: dict[str, Any]) -> dict[str, Any]:
+    """What must agree between pooled runs: the model and the prompt layout, not the seed or record count."""
+    settings = data.get("settings", {})
+    task = {k: v for k, v in settings.get("task_settings", {}).items() if k not in ("seed", "num_records")}
+    return {
+        "task": data.get("task"),
+        "model": settings.get("model"),
+        "dtype": settings.get("dtype"),
+        "chat_template": settings.get("chat_template"),
+        "positions": data.get("positions"),
+        "task_settings": task,
+    }
+
+
+def load_runs(paths: list[Path]) -> dict[str, dict[str, dict[Key, dict[str, float]]]]:
+    """``{variant: {(record id, position): {metric: value}}}`` over all runs, checked to be poolable."""
+    pooled: dict[str, dict[Key, dict[str, float]]] = {}
+    first: dict[str, Any] | None = None
+    for path in paths:
+        data = json.loads(path.read_text())
+        if data.get("kind") != "positions":
+            raise SystemExit(f"{path}: not a position sweep of `rope-adapter eval` (kind {data.get('kind')!r})")
+        layout = _layout(data)
+        if first is None:
+            first = layout
+        elif layout != first:
+            diff = sorted(k for k in layout if layout[k] != first[k])
+            raise SystemExit(f"{path}: cannot pool with {paths[0]}: they differ in {', '.join(diff)}")
+        for s in data["samples"]:
+            key = (str(s["record_id"]), int(s["position"]))
+            values = {k: float(v) for k, v in s.items() if k not in ("variant", "sample", "record_id", "position")}
+            old = pooled.setdefault(s["variant"], {}).get(key)
+            if old is not None and old != values:
+                raise SystemExit(f"{path}: {s['variant']!r} at {key} was scored before with other values")
+            pooled[s["variant"]][key] = {k: v for k, v in values.items() if v is not None}
+    return pooled
+
+
+def compare(
+    pooled: dict[str, dict[Key, dict[str, float]]], variant: str, reference: str, metric: str
+) -> dict[str, Any]:
+    """One row: ``variant - reference`` on ``metric`` over the samples both have."""
+    for name in (variant, reference):
+        if name not in pooled:
+            raise SystemExit(f"no samples of variant {name!r}; the runs have {', '.join(sorted(pooled))}")
+    a, b = pooled[variant], pooled[reference]
+    keys = sorted(k for k in set(a) & set(b) if metric in a[k] and metric in b[k])
+    if not keys:
+        raise SystemExit(f"no common samples with {metric!r} between {variant!r} and {reference!r}")
+    d = paired_difference(
+        np.array([a[k][metric] for k in keys]),
+        np.array([b[k][metric] for k in keys]),
+        np.array([p for _, p in keys]),
+        [r for r, _ in keys],
+    )
+    mean = d["mean"]
+    return {
+        "metric": metric,
+        "variant": variant,
+        "reference": reference,
+        "samples": len(keys),
+        "records": mean["n_records"],
+        "seeds": sorted({r.rsplit(":", 1)[0] for r, _ in keys}),
+        "variant_mean": float(np.mean([a[k][metric] for k in keys])),
+        "reference_mean": float(np.mean([b[k][metric] for k in keys])),
+        "by_position": {int(p): v["diff"] for p, v in d["by_position"].items()},
+        "mean": mean["diff"],
+        "ci_low": mean["ci_low"],
+        "ci_high": mean["ci_high"],
+        "bootstrap_low": mean["bootstrap_low"],
+        "bootstrap_high": mean["bootstrap_high"],
+        "verdict": mean["verdict"],
+    }
+
+
+def markdown(rows: list[dict[str, Any]], paths: list[Path]) -> str:
+    lines = [
+        "# Paired differences between `rope-adapter eval` runs",
+        "",
+        "Runs: " + ", ".join(f"`{p}`" for p in paths) + ".",
+        "",
+        "Matched by (record, gold position); records of all runs pooled; differences paired by record: 95 % t "
+        "interval over records, and a percentile bootstrap interval over records (10,000 resamples, seed 0).",
+        "",
+        "| metric | comparison | records (seeds) | means | by position | mean [95 % t CI] | bootstrap CI | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        per = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in r["by_position"].items())
+        boot = f"[{fmt(r['bootstrap_low'], sign=True)}, {fmt(r['bootstrap_high'], sign=True)}]"
+        lines.append(
+            f"| {r['metric']} | {r['variant']} - {r['reference']} | {r['records']} ({', '.join(r['seeds'])}) | "
+            f"{fmt(r['variant_mean'])} vs {fmt(r['reference_mean'])} | {per} | "
+            f"{fmt_interval(r['mean'], r['ci_low'], r['ci_high'], sign=True)} | {boot} | {r['verdict']} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("new", type=Path)
-    parser.add_argument("variant")
-    parser.add_argument("old", type=Path)
-    parser.add_argument("references", nargs="+")
+    parser.add_argument("runs", type=Path, nargs="+", help="results.json files of `rope-adapter eval`")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        action="append",
+        required=True,
+        metavar=("VARIANT", "REFERENCE"),
+        help="one comparison VARIANT - REFERENCE (repeatable)",
+    )
     parser.add_argument("--metrics", default="tf_accuracy,logprob")
     parser.add_argument("--out", type=Path, help="write the table here (Markdown) and beside it as JSON")
     args = parser.parse_args()
-    lines = [
-        f"# `{args.variant}` ({args.new}) against {', '.join(f'`{r}`' for r in args.references)} ({args.old})",
-        "",
-        "Matched by (record, gold position); differences paired by record, 95 % t interval over records.",
-        "",
-        "| metric | comparison | samples | records | by position | mean [95 % CI] | verdict |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    data = []
-    for metric in args.metrics.split(","):
-        new = scores(args.new, args.variant, metric)
-        for ref in args.references:
-            old = scores(args.old, ref, metric)
-            keys = sorted(set(new) & set(old))
-            if not keys:
-                raise SystemExit(f"no common samples between {args.variant!r} and {ref!r}")
-            d = paired_difference(
-                np.array([new[k] for k in keys]),
-                np.array([old[k] for k in keys]),
-                np.array([p for _, p in keys]),
-                [r for r, _ in keys],
-            )
-            mean = d["mean"]
-            per = {int(p): v["diff"] for p, v in d["by_position"].items()}
-            text = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in per.items())
-            lines.append(
-                f"| {metric} | {args.variant} - {ref} | {len(keys)} | {mean['n_records']} | {text} | "
-                f"{fmt_interval(mean['diff'], mean['ci_low'], mean['ci_high'], sign=True)} | {mean['verdict']} |"
-            )
-            data.append(
-                {
-                    "metric": metric,
-                    "variant": args.variant,
-                    "reference": ref,
-                    "samples": len(keys),
-                    "records": mean["n_records"],
-                    "by_position": per,
-                    "mean": mean["diff"],
-                    "ci_low": mean["ci_low"],
-                    "ci_high": mean["ci_high"],
-                    "verdict": mean["verdict"],
-                }
-            )
-    text = "\n".join(lines) + "\n"
+    pooled = load_runs(args.runs)
+    rows = [compare(pooled, v, r, m) for m in args.metrics.split(",") for v, r in args.compare]
+    text = markdown(rows, args.runs)
     print(text)
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ Per position and for the mean, the interval and verdict come from the project's 
 
 - per gold position: mean difference of the per-sample scores, ``se = sd(d) / sqrt(n)``, its 95 % interval;
 - mean over positions: each record's mean over its positions, differenced, so samples of one record (which share
-  their context) count once: mean, ``se = sd / sqrt(records)`` and its interval;
+  their context) count once: mean, ``se = sd / sqrt(records)`` and its interval; beside it a percentile bootstrap
+  interval over records (``bootstrap_low``/``bootstrap_high``, :func:`~rope_adapter.scoring.intervals.bootstrap_interval`),
+  a check that does not lean on the t distribution;
 - worst position: the difference of the worst position means, with a bootstrap standard error over records
   (seeded, :data:`BOOTSTRAP_SAMPLES` resamples).
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from .intervals import bootstrap_interval
 from .intervals import paired_difference as t_paired
 from .numbers import fmt, fmt_interval
 
@@ -68,9 +71,12 @@ def paired_difference(
         with np.errstate(all="ignore"), _ignore_nan_warnings():
             boots.append(np.nanmin(np.nanmean(grid_a[pick], axis=0)) - np.nanmin(np.nanmean(grid_b[pick], axis=0)))
     boots_arr = np.array([x for x in boots if np.isfinite(x)])
+    mean = _entry(record_diff, "n_records")
+    boot = bootstrap_interval(record_diff, seed=seed)
+    mean.update(bootstrap_low=boot.low, bootstrap_high=boot.high)
     return {
         "by_position": by_position,
-        "mean": _entry(record_diff, "n_records"),
+        "mean": mean,
         "worst": {"diff": worst, "se_bootstrap": float(boots_arr.std(ddof=1)) if len(boots_arr) > 1 else None},
     }
 

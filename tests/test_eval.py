@@ -28,6 +28,8 @@ from rope_adapter.evaluate.extrapolation import (
     window_logprobs,
 )
 from rope_adapter.scoring.intervals import (
+    Interval,
+    bootstrap_interval,
     mean_interval,
     paired_difference,
     proportion_interval,
@@ -110,6 +112,24 @@ def test_intervals_bracket_their_means():
         assert wilson.brackets(wilson.mean) and 0.0 <= wilson.low <= wilson.high <= 1.0
     assert proportion_interval([1, 1, 1]).high == 1.0 and proportion_interval([0, 0]).low == 0.0
     assert mean_interval([3.0]).low is None  # one value: no interval
+
+
+def test_bootstrap_interval_matches_t_on_normal_data_and_respects_bounds_on_skewed_data():
+    rng = np.random.default_rng(3)
+    values = rng.normal(0.3, 1.0, size=400)
+    boot, t = bootstrap_interval(values), mean_interval(values)
+    assert boot.mean == pytest.approx(t.mean)
+    assert boot.low == pytest.approx(t.low, abs=0.02) and boot.high == pytest.approx(t.high, abs=0.02)
+    assert bootstrap_interval(values, seed=5) == bootstrap_interval(values, seed=5)  # seeded: reproducible
+    # 18 records unchanged, 2 gained one answer: no resample mean is below 0, while the t interval crosses 0
+    skewed = [0.0] * 18 + [1.0, 1.0]
+    assert mean_interval(skewed).low < 0.0 <= bootstrap_interval(skewed).low
+    assert bootstrap_interval([2.0, 2.0, 2.0]) == Interval(2.0, 2.0, 2.0, 3)
+    assert bootstrap_interval([1.0]).low is None
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_interval([1.0, 2.0], confidence=1.5)
 
 
 def test_paired_difference_verdicts():
