@@ -76,7 +76,16 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "task": ("task", "data", "pairs", "positions", "num_positions", "task_options", "search_records")
     + ("holdout_records", "data_seed", "chat_template"),
     "objective": ("score", "k", "objective", "position_weights", "worst_weight", "select"),
-    "search space and constraints": ("degree", "x_mode", "s_min", "s_max", "margin", "layer_bounds", "max_step")
+    "search space and constraints": (
+        "degree",
+        "x_mode",
+        "s_min",
+        "s_max",
+        "margin",
+        "endpoint_margin",
+        "layer_bounds",
+        "max_step",
+    )
     + ("uniform", "ppl_text", "max_ppl_increase", "ppl_window_chars", "ppl_windows"),
     "study": ("trials", "timeout", "budget", "storage", "study", "workers", "population", "race", "race_z")
     + ("max_records", "seed", "heartbeat", "holdout_accuracy", "out"),

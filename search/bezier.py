@@ -201,9 +201,15 @@ class BezierSpace:
     weighted average of its control ys, so with control ys confined to ``[s_min, s_max]`` a curve can touch
     ``s_max`` (or ``s_min``) in the middle layers only if all control points sit there. A bump that peaks exactly
     at ``s_max``, or a curve that hugs ``s_min`` over the first layers and then rises steeply, needs control points
-    beyond the bounds. The sampler therefore draws ys from ``[s_min - m, s_max + m]`` with
+    beyond the bounds. The sampler therefore draws the interior ys from ``[s_min - m, s_max + m]`` with
     ``m = margin * (s_max - s_min)`` and the constraints, evaluated on the actual per-layer factors, decide
     feasibility; nothing is clipped, so the factors a trial reports are exactly the curve's values.
+
+    The first and last control ys are the factors of the first and last layer (the curve passes through its end
+    points, and layer depths run from exactly 0 to exactly 1), so an end y beyond the bounds is infeasible
+    whatever the other parameters are. They are drawn from ``[s_min, s_max]``: with margin 0.25 and a degree-2
+    curve, widened end ys alone make about 5 of 9 random proposals infeasible. ``endpoint_margin=True`` widens them
+    too, the sampler range of studies made before this rule (so they resume with the distributions they hold).
 
     Factors near 1: the parameters are continuous, so a factor like 1.02 is as reachable as 1.5; with the default
     ``s_min = 1`` a curve whose first control points equal 1 stays within a hair of 1 over the first layers
@@ -220,7 +226,14 @@ class BezierSpace:
     )
     margin: float = field(
         default=0.25,
-        metadata={"help": "Control ys are sampled from [s_min - m, s_max + m], m = margin * (s_max - s_min)."},
+        metadata={"help": "Interior control ys are sampled from [s_min - m, s_max + m], m = margin * (s_max - s_min)."},
+    )
+    endpoint_margin: bool = field(
+        default=False,
+        metadata={
+            "help": "Widen the first and last control ys by the margin too (always infeasible beyond the bounds; "
+            "the sampler range of studies made before end ys were kept in bounds)."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -258,11 +271,14 @@ class BezierSpace:
         return names
 
     def param_bounds(self) -> dict[str, tuple[float, float]]:
-        """``{name: (low, high)}`` for the sampler (see the class docstring for why ys go beyond the bounds)."""
+        """``{name: (low, high)}`` for the sampler (see the class docstring for why interior ys go beyond the
+        bounds and end ys do not)."""
         m = self.margin * (self.s_max - self.s_min)
         # a negative lower y bound would allow curves that can never be feasible anyway; keep it positive
         y_low = max(self.s_min - m, self.s_min / 2)
-        bounds = {f"y{i}": (float(y_low), float(self.s_max + m)) for i in range(self.degree + 1)}
+        wide = (float(y_low), float(self.s_max + m))
+        ends = wide if self.endpoint_margin else (float(self.s_min), float(self.s_max))
+        bounds = {f"y{i}": ends if i in (0, self.degree) else wide for i in range(self.degree + 1)}
         if self.x_mode == "free":
             bounds.update({f"x{i}": (0.0, 1.0) for i in range(1, self.degree)})
         return bounds

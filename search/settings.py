@@ -99,7 +99,15 @@ class SearchSettings:
     x_mode: str = _f("fixed", "'fixed': control xs evenly spaced, s_l = y(l/(L-1)); 'free': xs searched too.")
     s_min: float = _f(0.5, "Smallest allowed factor (a constraint, not a clip); below 1 compresses positions.")
     s_max: float = _f(2.0, "Largest allowed factor.")
-    margin: float = _f(0.25, "Control ys are sampled from [s_min - m, s_max + m], m = margin * (s_max - s_min).")
+    margin: float = _f(
+        0.25, "Interior control ys are sampled from [s_min - m, s_max + m], m = margin * (s_max - s_min)."
+    )
+    endpoint_margin: bool = _f(
+        False,
+        "Widen the first and last control ys by the margin too (they are the first and last layer's factors, so "
+        "beyond the bounds they are always infeasible); only to resume a study made before end ys were kept in "
+        "bounds.",
+    )
     layer_bounds: tuple[str, ...] = _f((), "Extra bounds 'FIRST-LAST:LOW:HIGH' on groups of layers.")
     max_step: float | None = _f(None, "Largest allowed change of the factor between neighbouring layers.")
     constraints: tuple[UserConstraint, ...] = _f(
@@ -156,8 +164,13 @@ class SearchSettings:
     def space(self) -> BezierSpace:
         """The Bezier search space."""
         return BezierSpace(
-            degree=self.degree, s_min=self.s_min, s_max=self.s_max, x_mode=self.x_mode, margin=self.margin
-        )  # type: ignore[arg-type]
+            degree=self.degree,
+            s_min=self.s_min,
+            s_max=self.s_max,
+            x_mode=self.x_mode,  # type: ignore[arg-type]
+            margin=self.margin,
+            endpoint_margin=self.endpoint_margin,
+        )
 
     def objective_spec(self) -> ObjectiveSpec:
         """Score kind, k and objective."""

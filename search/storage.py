@@ -99,6 +99,7 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
             "s_min": settings.s_min,
             "s_max": settings.s_max,
             "margin": settings.margin,
+            "endpoint_margin": settings.endpoint_margin,
         },
         "layer_bounds": [str(b) for b in settings.parsed_layer_bounds()],
         "max_step": settings.max_step,
@@ -134,6 +135,19 @@ def _quiet_optuna() -> Iterator[None]:
             yield
     finally:
         optuna.logging.set_verbosity(verbosity)
+
+
+SCHEMA_ATTEMPTS = 5
+
+
+def _schema_race(exc: BaseException) -> bool:
+    """True for the errors of two processes creating one fresh database's Optuna schema at once: both insert the
+    schema's version row (a unique-constraint error in the later one) or one finds the tables half-made."""
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    return isinstance(exc, IntegrityError) or (
+        isinstance(exc, OperationalError) and ("already exists" in str(exc) or "no such table" in str(exc))
+    )
 
 
 def open_storage(url: str, heartbeat: int = 30) -> Any:
@@ -172,9 +186,19 @@ def open_storage(url: str, heartbeat: int = 30) -> Any:
                 stale = {"heartbeat_stale_trial_callback": retry(max_retry=2)}
             else:
                 stale = {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=2)}
-            return optuna.storages.RDBStorage(
-                url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat, grace_period=2 * heartbeat, **stale
-            )
+            for attempt in range(SCHEMA_ATTEMPTS):
+                try:
+                    return optuna.storages.RDBStorage(
+                        url,
+                        engine_kwargs=engine_kwargs,
+                        heartbeat_interval=heartbeat,
+                        grace_period=2 * heartbeat,
+                        **stale,
+                    )
+                except Exception as exc:  # noqa: BLE001 - retried only when another process creates the schema
+                    if attempt + 1 == SCHEMA_ATTEMPTS or not _schema_race(exc):
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
     except (ImportError, ModuleNotFoundError) as exc:
         hint = " (pip install 'rope-adapter[postgres]' for PostgreSQL)" if backend == "postgresql" else ""
         raise SearchError(f"storage {shown!r} needs a database driver that is not installed: {exc}{hint}") from None
@@ -195,6 +219,13 @@ def _wait_for_settings(study: Any, seconds: float = 30.0) -> dict[str, Any] | No
         time.sleep(0.5)
 
 
+def _legacy_space(stored: Any) -> Any:
+    """Stored settings of a study made before ``endpoint_margin`` existed: its end ys were widened."""
+    if isinstance(stored, dict) and isinstance(stored.get("space"), dict) and "endpoint_margin" not in stored["space"]:
+        return {**stored, "space": {**stored["space"], "endpoint_margin": True}}
+    return stored
+
+
 def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -> bool:
     """True when the study exists (with equal settings); :class:`SearchError` when it exists with others."""
     import optuna
@@ -210,11 +241,18 @@ def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -
             "or interrupted while being created); choose another --study, or delete it with "
             f"`optuna delete-study --study-name {name} --storage URL`"
         )
+    stored = _legacy_space(stored)
     diff = _differences(stored, fingerprint)
     if diff:
+        hint = ""
+        if any(d.startswith("space.endpoint_margin") for d in diff):
+            hint = (
+                " (a study made before the first and last control ys were kept within [s_min, s_max] resumes with "
+                "--endpoint-margin)"
+            )
         raise SearchError(
             f"study {name!r} exists with other settings ({'; '.join(diff)}); resume it with the same settings, "
-            "or start a new one with another --study (or --out)"
+            f"or start a new one with another --study (or --out){hint}"
         )
     return True
 

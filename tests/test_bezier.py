@@ -93,8 +93,12 @@ def test_space_param_names_bounds_and_roundtrip():
     space = BezierSpace()
     assert space.param_names() == ["y0", "y1", "y2", "y3"]
     bounds = space.param_bounds()
-    low, high = bounds["y0"]
-    assert low < space.s_min and high > space.s_max  # constraints, not the sampler bounds, decide feasibility
+    for inner in ("y1", "y2"):
+        low, high = bounds[inner]
+        assert low < space.s_min and high > space.s_max  # constraints, not the sampler bounds, decide feasibility
+    assert bounds["y0"] == bounds["y3"] == (space.s_min, space.s_max)  # the first and last layer's factors
+    wide = BezierSpace(endpoint_margin=True).param_bounds()
+    assert wide["y0"] == wide["y3"] == wide["y1"]
     cp = fit_control_points(np.linspace(1, 1.8, 30), 3)
     params = space.encode(cp)
     np.testing.assert_allclose(space.decode(params), cp)
@@ -168,3 +172,24 @@ def test_bad_inputs():
         BezierSpace().encode([1.0, 2.0])
     with pytest.raises(ValueError, match="shape"):
         BezierSpace().constraint_values(np.ones((2, 2)), 4)
+
+
+@pytest.mark.parametrize("x_mode", ["fixed", "free"])
+def test_end_ys_beyond_the_bounds_are_never_feasible_and_bounding_them_cuts_infeasible_draws(x_mode):
+    """The curve passes through its end control points at the first and last layer, so widening the end ys only
+    adds draws that no interior ys can make feasible."""
+    rng = np.random.default_rng(0)
+    counts = {}
+    for endpoint_margin in (True, False):
+        space = BezierSpace(degree=2, s_min=0.8, s_max=1.25, x_mode=x_mode, endpoint_margin=endpoint_margin)
+        infeasible = 0
+        for _ in range(600):
+            params = {name: rng.uniform(low, high) for name, (low, high) in space.param_bounds().items()}
+            values = space.constraint_values(space.decode(params), 24)
+            feasible = all(v <= 0 for v in values)
+            if not space.s_min <= params["y0"] <= space.s_max or not space.s_min <= params["y2"] <= space.s_max:
+                assert not feasible
+            infeasible += not feasible
+        counts[endpoint_margin] = infeasible / 600
+    assert counts[True] > 5 / 9 - 0.05  # widened ends alone: 1 - (2/3)^2 of the draws
+    assert counts[False] < counts[True] - 0.3

@@ -112,7 +112,9 @@ def load_trials(settings: SearchSettings):
     except KeyError:  # no such study yet
         return []
     except Exception as exc:  # noqa: BLE001 - the schema may be half-created while the search process starts
-        if "no such table" in str(exc) or "database is locked" in str(exc):
+        # the search process creates the schema meanwhile: tables missing, locked, or both processes inserting
+        # the schema's version row (Optuna's RDBStorage writes it even with skip_table_creation)
+        if any(m in str(exc) for m in ("no such table", "database is locked", "UNIQUE constraint failed")):
             return []
         raise
 
@@ -218,6 +220,8 @@ def test_paired_difference_statistics():
     assert d["by_position"]["0"]["se"] == pytest.approx(np.std([0.1, 0.2, 0.3], ddof=1) / math.sqrt(3))
     assert d["by_position"]["1"]["se"] == pytest.approx(0.0)
     assert d["mean"]["diff"] == pytest.approx(0.25) and d["mean"]["n_records"] == 3
+    assert d["mean"]["bootstrap_low"] <= 0.25 <= d["mean"]["bootstrap_high"]  # records' diffs 0.2, 0.25, 0.3
+    assert d["mean"]["bootstrap_low"] >= 0.2 - 1e-9 and d["mean"]["bootstrap_high"] <= 0.3 + 1e-9
     assert d["worst"]["diff"] == pytest.approx(0.3)  # worst position (1): -2.0 -> -1.7
     assert d["worst"]["se_bootstrap"] is not None
 
@@ -512,6 +516,66 @@ def test_study_with_other_settings(tmp_path, model_dir):
         run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, s_max=1.7))
     # another study name in the same storage is fine
     run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1, study="other"))
+
+
+def test_open_storage_retries_only_the_schema_race(tmp_path, monkeypatch):
+    """Two processes opening one fresh SQLite file can both insert Optuna's schema version row: the later one gets
+    a unique-constraint error and opens the (now complete) schema on a retry. Other errors are not retried."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from rope_adapter.search import storage as storage_mod
+
+    real = optuna.storages.RDBStorage
+    calls = []
+
+    def flaky(error):
+        def make(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise error
+            return real(*args, **kwargs)
+
+        return make
+
+    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    race = IntegrityError("INSERT INTO alembic_version", {}, Exception("UNIQUE constraint failed"))
+    monkeypatch.setattr(optuna.storages, "RDBStorage", flaky(race))
+    assert isinstance(storage_mod.open_storage(f"sqlite:///{tmp_path}/a.db"), real)
+    assert len(calls) == 2
+    calls.clear()
+    other = OperationalError("SELECT", {}, Exception("disk I/O error"))
+    monkeypatch.setattr(optuna.storages, "RDBStorage", flaky(other))
+    with pytest.raises(SearchError, match="cannot reach the study storage.*disk I/O error"):
+        storage_mod.open_storage(f"sqlite:///{tmp_path}/b.db")
+    assert len(calls) == 1
+
+
+def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_margin(tmp_path, model_dir):
+    """Its stored settings have no ``endpoint_margin`` and its trials were sampled with widened end ys: resuming it
+    with the new default would change its distributions under NSGA-II, so it is refused with the fix."""
+    from rope_adapter.search import storage as storage_mod
+
+    settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db")
+    old = storage_mod.study_fingerprint(settings, "float32")
+    del old["space"]["endpoint_margin"]
+    storage = storage_mod.open_storage(settings.storage)
+    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
+    with pytest.raises(SearchError, match=r"space.endpoint_margin: True in the study, False now.*--endpoint-margin"):
+        storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(settings, "float32"))
+    legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True)
+    assert storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(legacy, "float32"))
+
+
+def test_new_trials_sample_end_ys_within_the_bounds(finished):
+    settings, _, trials = finished
+    space = settings.space()
+    for t in complete(trials):
+        for name in ("y0", f"y{space.degree}"):
+            d = t.distributions[name]
+            assert (d.low, d.high) == (settings.s_min, settings.s_max)
+        inner = t.distributions["y1"]
+        assert inner.low < settings.s_min and inner.high > settings.s_max
 
 
 @pytest.mark.parametrize(
