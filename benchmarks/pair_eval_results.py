@@ -60,11 +60,16 @@ def load_runs(paths: list[Path]) -> dict[str, dict[str, dict[Key, dict[str, floa
             raise SystemExit(f"{path}: cannot pool with {paths[0]}: they differ in {', '.join(diff)}")
         for s in data["samples"]:
             key = (str(s["record_id"]), int(s["position"]))
-            values = {k: float(v) for k, v in s.items() if k not in ("variant", "sample", "record_id", "position")}
+            # the metrics: numbers only (a greedy run's samples also hold the decoded text)
+            values = {
+                k: float(v)
+                for k, v in s.items()
+                if k not in ("sample", "position") and isinstance(v, int | float) and v is not None
+            }
             old = pooled.setdefault(s["variant"], {}).get(key)
             if old is not None and old != values:
                 raise SystemExit(f"{path}: {s['variant']!r} at {key} was scored before with other values")
-            pooled[s["variant"]][key] = {k: v for k, v in values.items() if v is not None}
+            pooled[s["variant"]][key] = values
     return pooled
 
 
