@@ -48,12 +48,13 @@ def test_gradient_matches_central_differences_in_log_factor(arch, point):
         down[layer] *= np.exp(-h)
         return (whole_answer_scores(model, task, up) - whole_answer_scores(model, task, down)) / (2 * h)
 
-    # Richardson's extrapolation of central differences (error O(h^4)); the factors are float32 (rounding
-    # ~1e-4 of the slope at this step), so the tolerance is a small fraction of the largest slope
+    # Richardson's extrapolation of central differences (error O(h^4)). The rotary tables are float32 even in a
+    # float64 model, so each score carries ~1e-7 relative rounding, ~1e-4 in a quotient at this step (measured up
+    # to 0.5 % of the largest slope); a gradient on the wrong layer or a missing factor is off by the slope itself
     h = 1e-3
     numeric = np.stack([(4 * central(h / 2, layer) - central(h, layer)) / 3 for layer in range(3)], axis=1)
     scale = np.abs(got.gradients).max()
-    np.testing.assert_allclose(got.gradients, numeric, rtol=0, atol=5e-3 * scale)
+    np.testing.assert_allclose(got.gradients, numeric, rtol=0, atol=2e-2 * scale)
     np.testing.assert_allclose(got.scores, whole_answer_scores(model, task, base), rtol=1e-6)
     assert np.abs(got.gradients).max() > 1e-4  # RoPE matters in the tiny model: the check is not 0 == 0
 

@@ -65,7 +65,9 @@ def tiny_model(arch: str = "llama", num_layers: int = 4, seed: int = 0, **overri
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level tokenizer (ids 0..2 special, bytes from 3) that needs no vocabulary file."""
-    byte_vocab = {ch: i + 3 for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    # sorted: ByteLevel.alphabet() comes from a hash set, in another order in every process, which made the ids
+    # (so the prompts' tokens, the scores and any finite-difference check) differ from one test run to the next
+    byte_vocab = {ch: i + 3 for i, ch in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **byte_vocab}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
