@@ -62,9 +62,7 @@ def load_runs(paths: list[Path]) -> dict[str, dict[str, dict[Key, dict[str, floa
             key = (str(s["record_id"]), int(s["position"]))
             # the metrics: numbers only (a greedy run's samples also hold the decoded text)
             values = {
-                k: float(v)
-                for k, v in s.items()
-                if k not in ("sample", "position") and isinstance(v, int | float) and v is not None
+                k: float(v) for k, v in s.items() if k not in ("sample", "position") and isinstance(v, int | float)
             }
             old = pooled.setdefault(s["variant"], {}).get(key)
             if old is not None and old != values:

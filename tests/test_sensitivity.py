@@ -49,8 +49,8 @@ def test_gradient_matches_central_differences_in_log_factor(arch, point):
         return (whole_answer_scores(model, task, up) - whole_answer_scores(model, task, down)) / (2 * h)
 
     # Richardson's extrapolation of central differences (error O(h^4)). The rotary tables are float32 even in a
-    # float64 model, so each score carries ~1e-7 relative rounding, ~1e-4 in a quotient at this step (measured up
-    # to 0.5 % of the largest slope); a gradient on the wrong layer or a missing factor is off by the slope itself
+    # float64 model, so each score carries ~1e-7 relative rounding, ~1e-4 in a quotient at this step (seen up
+    # to 0.6 % of the largest slope); a gradient on the wrong layer or a missing factor is off by the slope itself
     h = 1e-3
     numeric = np.stack([(4 * central(h / 2, layer) - central(h, layer)) / 3 for layer in range(3)], axis=1)
     scale = np.abs(got.gradients).max()
