@@ -14,6 +14,7 @@ from typing import Any
 
 from rope_adapter.cli import CliError, IntListAction
 from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.study import settings_default, settings_help
 
 EPILOG = """\
@@ -87,8 +88,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "max_step",
     )
     + ("uniform", "ppl_text", "max_ppl_increase", "ppl_window_chars", "ppl_windows"),
-    "study": ("trials", "timeout", "budget", "storage", "study", "workers", "population", "race", "race_z")
-    + ("max_records", "seed", "heartbeat", "holdout_accuracy", "out"),
+    "study": ("trials", "timeout", "budget", "storage", "study", "workers", "sampler", "population", "race")
+    + ("race_z", "max_records", "seed", "heartbeat", "holdout_accuracy", "out"),
 }
 """Where each SearchSettings field's flag is listed in --help; every field with a CLI flag is in one group."""
 
@@ -108,6 +109,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "dtype": {"choices": ["auto", "float32", "bfloat16", "float16"]},
     "score": {"choices": ["answer", "logprob", "accuracy"]},
     "objective": {"choices": ["pareto", "weighted"]},
+    "sampler": {"choices": list(SAMPLERS)},
     "select": {"choices": ["mean", "worst", "balanced"]},
     "x_mode": {"choices": ["fixed", "free"]},
     "layer_bounds": {"metavar": "FIRST-LAST:LOW:HIGH"},

@@ -50,7 +50,11 @@ KNOWN_LICENSES = {
     "microsoft/Phi-3-mini-4k-instruct": "mit",
 }
 TASK_NAMES = {"kv_retrieval": "KV retrieval", "passkey": "passkey retrieval", "mdqa": "multi-document QA"}
-METHODS = {"bezier-nsga2": "Bézier curve of the layer index, searched with NSGA-II (Optuna)"}
+METHODS = {
+    "bezier-nsga2": "Bézier curve of the layer index, searched with NSGA-II (Optuna)",
+    "bezier-gp": "Bézier curve of the layer index, searched with a constrained Gaussian-process sampler (Optuna)",
+    "bezier-tpe": "Bézier curve of the layer index, searched with multivariate TPE (Optuna)",
+}
 
 
 # ---------------------------------------------------------------------------------------------------- formatting

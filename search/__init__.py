@@ -10,15 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .study import SearchError, SearchResult, SearchSettings, run_search
+    from .transfer import copy_trials
 
 _LAZY = {
     "SearchError": "study",
     "SearchResult": "study",
     "SearchSettings": "study",
     "run_search": "study",
+    "copy_trials": "transfer",
 }
 
-__all__ = ["SearchError", "SearchResult", "SearchSettings", "run_search"]
+__all__ = ["SearchError", "SearchResult", "SearchSettings", "copy_trials", "run_search"]
 
 
 def __getattr__(name: str) -> Any:

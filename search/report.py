@@ -27,6 +27,7 @@ from rope_adapter.scoring.paired import paired_difference
 
 from .objective import ObjectiveSpec
 from .report_md import markdown_summary
+from .samplers import LEGACY_SAMPLER, describe_sampler
 
 if TYPE_CHECKING:
     from .settings import SearchSettings
@@ -300,7 +301,7 @@ def build_report(
         "study": {
             "name": settings.study,
             "storage": storage,
-            "sampler": f"NSGAIISampler(population_size={settings.population})",
+            "sampler": describe_sampler(settings.sampler, settings.population),
             "sampler_seed_main_worker": sampler_seed,
             "seed": settings.seed,
             "objectives": spec.names,
@@ -387,7 +388,7 @@ def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
             "verdict": holdout["verdict"],
         }
     return {
-        "method": "bezier-nsga2",
+        "method": f"bezier-{settings.get('sampler', LEGACY_SAMPLER)}",
         "curve": {
             "degree": settings["degree"],
             "x_mode": settings["x_mode"],

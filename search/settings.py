@@ -20,6 +20,7 @@ from .objective import (
     UserConstraint,
 )
 from .racing import stage_ends
+from .samplers import SAMPLERS
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,12 @@ class SearchSettings:
     )
     study: str = _f("lrs-search", "Study name inside the storage.")
     workers: int = _f(1, "Worker processes on this machine (each loads the model once).")
-    population: int = _f(16, "NSGA-II population size.")
+    sampler: str = _f(
+        "nsga2",
+        "Optuna sampler: 'nsga2' (the paper's NSGA-II), 'gp' (Gaussian process with constraints, for a few dozen "
+        "trials) or 'tpe' (multivariate TPE); see rope_adapter.search.samplers.",
+    )
+    population: int = _f(16, "NSGA-II population size (--sampler nsga2).")
     race: tuple[float, ...] = _f(
         (0.2, 0.5),
         "Racing: shares of the search records after which a trial is compared (paired, by record) with the best "
@@ -228,6 +234,8 @@ class SearchSettings:
                 raise SearchError(f"{name} must be an integer >= 1, got {value!r}")
         if self.holdout_records < 0:
             raise SearchError(f"holdout_records must be >= 0, got {self.holdout_records}")
+        if self.sampler not in SAMPLERS:
+            raise SearchError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if self.population < 2:
             raise SearchError(f"population must be >= 2 (NSGA-II), got {self.population}")
         if self.heartbeat < 1:

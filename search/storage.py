@@ -24,6 +24,7 @@ from rope_adapter.writable import unwritable_reason
 
 from .bezier import BezierSpace
 from .racing import stage_ends
+from .samplers import LEGACY_SAMPLER
 from .settings import SearchError, SearchSettings, redact_url
 
 logger = logging.getLogger(__name__)
@@ -109,6 +110,7 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         "uniform": settings.uniform_values(),
         "perplexity": ppl,
         "race": {"ends": stage_ends(settings.search_records, settings.race), "z": settings.race_z},
+        "sampler": settings.sampler,
     }
 
 
@@ -220,9 +222,12 @@ def _wait_for_settings(study: Any, seconds: float = 30.0) -> dict[str, Any] | No
 
 
 def _legacy_space(stored: Any) -> Any:
-    """Stored settings of a study made before ``endpoint_margin`` existed: its end ys were widened."""
+    """Stored settings of a study made before ``endpoint_margin`` existed (its end ys were widened) or before the
+    sampler was a setting (NSGA-II)."""
     if isinstance(stored, dict) and isinstance(stored.get("space"), dict) and "endpoint_margin" not in stored["space"]:
-        return {**stored, "space": {**stored["space"], "endpoint_margin": True}}
+        stored = {**stored, "space": {**stored["space"], "endpoint_margin": True}}
+    if isinstance(stored, dict) and "sampler" not in stored:
+        stored = {**stored, "sampler": LEGACY_SAMPLER}
     return stored
 
 
@@ -249,6 +254,11 @@ def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -
             hint = (
                 " (a study made before the first and last control ys were kept within [s_min, s_max] resumes with "
                 "--endpoint-margin)"
+            )
+        if any(d.startswith("sampler") for d in diff):
+            hint += (
+                " (the sampler is part of a study: resume it with the sampler it was made with; to go on with another "
+                "sampler, start a new --study and copy the old trials in with rope_adapter.search.copy_trials)"
             )
         raise SearchError(
             f"study {name!r} exists with other settings ({'; '.join(diff)}); resume it with the same settings, "

@@ -1,11 +1,10 @@
 """What one search trial does and how a worker runs trials: the Optuna objective (constraints through
-``Trial.set_constraint``, the perplexity guard, racing in stages), repeated proposals, the NSGA-II sampler, the
-stopping callbacks and the loop of a worker process.
+``Trial.set_constraint``, the perplexity guard, racing in stages), repeated proposals, the
+stopping callbacks and the loop of a worker process (the sampler comes from :mod:`search.samplers`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import sys
@@ -20,6 +19,7 @@ from .objective import (
     position_means,
 )
 from .racing import estimated_by_position, paired_check, record_scores
+from .samplers import build_sampler, sampler_seed
 from .settings import SearchSettings, redact_url
 from .storage import BASELINE_ATTR, TRIAL_ATTR, _quiet_optuna, open_storage, storage_failure
 from .worker import Worker, make_worker
@@ -220,15 +220,12 @@ def record_constraints(trial: Any, worker: Worker, values: Sequence[float]) -> N
         trial.set_constraint(name, float(value))
 
 
-def make_sampler(worker: Worker, existing_trials: int) -> Any:
-    """A seeded NSGA-II sampler (seed from seed, worker index, trials so far); it reads each trial's constraint values
-    as the objective recorded them (:func:`record_constraints`)."""
-    import optuna
-
-    seed = int.from_bytes(
-        hashlib.sha256(f"{worker.settings.seed}:{worker.index}:{existing_trials}".encode()).digest()[:4], "little"
-    )
-    return optuna.samplers.NSGAIISampler(population_size=worker.settings.population, seed=seed), seed
+def make_sampler(worker: Worker, existing_trials: int) -> tuple[Any, int]:
+    """The worker's seeded sampler (``settings.sampler``; seed from seed, worker index, trials so far); every sampler
+    reads each trial's constraint values as the objective recorded them (:func:`record_constraints`)."""
+    settings = worker.settings
+    seed = sampler_seed(settings.seed, worker.index, existing_trials)
+    return build_sampler(settings.sampler, seed=seed, population=settings.population), seed
 
 
 def _complete_trials(study: Any) -> list[Any]:
