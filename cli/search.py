@@ -1,4 +1,4 @@
-"""`rope-adapter search`: find per-layer RoPE factors with a constrained Bezier + NSGA-II search (Optuna).
+"""`rope-adapter search`: find per-layer RoPE factors with a constrained Bezier search (Optuna; --sampler).
 
 Every flag maps to a field of ``rope_adapter.search.SearchSettings`` and shows that field's help text, so the
 command line and the Python API (``run_search(SearchSettings(...))``) cannot drift apart.
@@ -167,9 +167,10 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "search",
-        help="search per-layer RoPE factors (Bezier curve + NSGA-II, Optuna) and save the best as an adapter",
+        help="search per-layer RoPE factors (Bezier curve + an Optuna sampler) and save the best as an adapter",
         description="Search per-layer RoPE scaling factors on a fitness task: the factors follow a Bezier curve "
-        "over layer depth; Optuna's NSGA-II maximises the mean and the worst gold-position score under constraints "
+        "over layer depth; an Optuna sampler (--sampler: NSGA-II, GP or TPE) maximises the mean and the worst "
+        "gold-position score under constraints "
         "(factor bounds, optional perplexity guard). The unscaled model and uniform factors are the first trials. "
         "Writes the chosen adapter, a JSON/Markdown report with a held-out comparison, and plots.",
         epilog=EPILOG,
