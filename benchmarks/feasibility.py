@@ -1,14 +1,17 @@
-"""How many NSGA-II proposals the factor bounds leave feasible, with end control ys kept within [s_min, s_max]
-(the default) against widened end ys (``--endpoint-margin``, the sampler range before), on the same seeds.
+"""Samplers on a synthetic score: how many proposals the factor bounds leave feasible and how close the best curve
+gets to a target, for ``--compare endpoint`` (NSGA-II with end control ys kept within [s_min, s_max], the default,
+against widened end ys, ``--endpoint-margin``) or ``--compare samplers`` (NSGA-II, GP and TPE, as the search builds
+them, with bounded end ys), on the same seeds.
 
 No model: the search's own space (``BezierSpace``: parameter bounds, decoding, constraint values), the sampler
-the search makes (``NSGAIISampler(population_size)``, constraints set with ``Trial.set_constraint`` as the search
+the search makes (``search.samplers.build_sampler``), constraints set with ``Trial.set_constraint`` as the search
 sets them, ``-inf`` values for an infeasible trial as the search returns), and a synthetic two-objective score in
 place of the model: ``-mean`` and ``-max`` squared distance of the trial's per-layer factors to a target curve that
 lies inside the bounds (a bump that touches 1.2 at mid-depth). The study settings default to the Qwen study's
 (24 layers, degree 2, [0.8, 1.25], margin 0.25, population 8).
 
     .venv/bin/python benchmarks/feasibility.py --trials 80 --out benchmarks/results/feasibility
+    .venv/bin/python benchmarks/feasibility.py --compare samplers --trials 60 --out benchmarks/results/feasibility
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import numpy as np
 import optuna
 
 from rope_adapter.search.bezier import BezierSpace, layer_depths
+from rope_adapter.search.samplers import SAMPLERS, build_sampler
+from rope_adapter.search.storage import baseline_params
 
 CHECKPOINTS = (8, 16, 40, 80)  # trials after which the best error so far is reported (a short search's budget)
 
@@ -33,7 +38,15 @@ def target(num_layers: int, s_min: float, s_max: float) -> np.ndarray:
     return mid + (0.9 * s_max - mid) * np.sin(math.pi * d) ** 2 - 0.1 * (s_max - s_min) * d
 
 
-def run(space: BezierSpace, num_layers: int, trials: int, population: int, seed: int) -> dict[str, Any]:
+def run(
+    space: BezierSpace,
+    num_layers: int,
+    trials: int,
+    population: int,
+    seed: int,
+    sampler: str = "nsga2",
+    baselines: tuple[float, ...] = (),
+) -> dict[str, Any]:
     goal = target(num_layers, space.s_min, space.s_max)
     feasible: list[bool] = []
     best = -math.inf
@@ -57,8 +70,11 @@ def run(space: BezierSpace, num_layers: int, trials: int, population: int, seed:
         return -float(err.mean()), -float(err.max())
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sampler = optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
-    study = optuna.create_study(directions=["maximize", "maximize"], sampler=sampler)
+    study = optuna.create_study(
+        directions=["maximize", "maximize"], sampler=build_sampler(sampler, seed=seed, population=population)
+    )
+    for value in baselines:  # enqueued first, as the search enqueues the unscaled model and uniform factors
+        study.enqueue_trial(baseline_params(space, value))
     study.optimize(objective, n_trials=trials)
     generations = [feasible[i : i + population] for i in range(0, len(feasible), population)]
     return {
@@ -81,27 +97,44 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=8)
     parser.add_argument("--trials", type=int, default=80)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(10)))
+    parser.add_argument("--compare", choices=["endpoint", "samplers"], default="endpoint")
+    parser.add_argument(
+        "--baselines",
+        type=float,
+        nargs="*",
+        default=[],
+        help="constant curves enqueued first, as a search does (the Qwen study: 1 0.8 0.9 0.95 1.05 1.1 1.25)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/feasibility"))
     args = parser.parse_args()
     arms = {}
-    for name, wide in (("bounded end ys (default)", False), ("widened end ys (--endpoint-margin)", True)):
+    if args.compare == "endpoint":
+        choices = [("bounded end ys (default)", False, "nsga2"), ("widened end ys (--endpoint-margin)", True, "nsga2")]
+        title = "# Feasible NSGA-II proposals: bounded against widened end control ys"
+    else:
+        choices = [(name, False, name) for name in SAMPLERS]
+        title = "# Samplers on the synthetic score: feasible proposals and best error"
+    for name, wide, sampler in choices:
         space = BezierSpace(
             degree=args.degree, s_min=args.s_min, s_max=args.s_max, margin=args.margin, endpoint_margin=wide
         )
-        runs = [run(space, args.layers, args.trials, args.population, seed) for seed in args.seeds]
-        arms[name] = {"endpoint_margin": wide, "runs": runs}
-    base, wide = arms.values()
-    ratio = sum(r["feasible"] for r in base["runs"]) / max(1, sum(r["feasible"] for r in wide["runs"]))
+        runs = [
+            run(space, args.layers, args.trials, args.population, seed, sampler, tuple(args.baselines))
+            for seed in args.seeds
+        ]
+        arms[name] = {"endpoint_margin": wide, "sampler": sampler, "runs": runs}
+    first, second = list(arms.values())[:2]
+    ratio = sum(r["feasible"] for r in first["runs"]) / max(1, sum(r["feasible"] for r in second["runs"]))
     data = {"settings": vars(args) | {"out": str(args.out)}, "arms": arms, "feasible_ratio": ratio}
     lines = [
-        "# Feasible NSGA-II proposals: bounded against widened end control ys",
+        title,
         "",
         f"Synthetic score (no model), {args.layers} layers, degree {args.degree}, factors in "
         f"[{args.s_min:g}, {args.s_max:g}], margin {args.margin:g}, population {args.population}, "
-        f"{args.trials} trials per seed, seeds {' '.join(map(str, args.seeds))}. Command: "
+        f"{args.trials} trials per seed (the first {len(args.baselines)} constant baselines), seeds {' '.join(map(str, args.seeds))}. Command: "
         "`benchmarks/feasibility.py` (its docstring says what is synthetic).",
         "",
-        "| sampler range | feasible trials per seed | feasible in the first 2 generations (mean) | "
+        f"| {'sampler range' if args.compare == 'endpoint' else 'sampler'} | feasible trials per seed | feasible in the first 2 generations (mean) | "
         + " | ".join(f"median best error after {n}" for n in CHECKPOINTS if n <= args.trials)
         + " |",
         "|---|---|---|" + "---|" * len([n for n in CHECKPOINTS if n <= args.trials]),
@@ -114,10 +147,21 @@ def main() -> None:
             f"| {name} | {' / '.join(map(str, feas))} of {args.trials} | {np.mean(early):.1f} of "
             f"{min(2 * args.population, args.trials)} | " + " | ".join(after) + " |"
         )
-    lines += ["", f"Feasible trials, bounded over widened: **{ratio:.2f}x** (same seeds, same trial count)."]
+    if args.compare == "endpoint":
+        lines += ["", f"Feasible trials, bounded over widened: **{ratio:.2f}x** (same seeds, same trial count)."]
+    else:
+        for n in [n for n in CHECKPOINTS if n <= args.trials]:
+            errors = {name: [r["best_after"][n] for r in arm["runs"]] for name, arm in arms.items()}
+            wins = {name: 0 for name in arms}
+            for i in range(len(args.seeds)):
+                wins[min(errors, key=lambda k, i=i: errors[k][i])] += 1
+            lines.append(
+                f"- after {n} trials, best on the most seeds: " + ", ".join(f"{k} {v}" for k, v in wins.items())
+            )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "feasibility.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / "feasibility.md").write_text("\n".join(lines) + "\n")
+    stem = "feasibility" if args.compare == "endpoint" else "samplers"
+    (args.out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

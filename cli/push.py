@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rope_adapter.cli import CliError
+from rope_adapter.export.card import CardError, read_folder
 from rope_adapter.export.hub import HubPublishError, push_folder
 
 
@@ -22,10 +23,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--private", action="store_true", help="create the repo as private (existing repos keep theirs)")
     p.add_argument("--revision", metavar="BRANCH", help="push to this branch (created from main if missing)")
     p.add_argument("--message", metavar="TEXT", help="commit message (default: says what is uploaded)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="list what would be uploaded and what is left out; upload nothing"
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        info = read_folder(args.folder)
+    except CardError as exc:
+        raise CliError(str(exc)) from None
+    print(
+        f"{'would upload' if args.dry_run else 'uploading'} to {args.repo}: README.md (generated), "
+        + ", ".join(f for f in info.files if f != "README.md")
+    )
+    if info.left_out:
+        print("left out: " + "; ".join(info.left_out))
+    if args.dry_run:
+        return 0
     try:
         url = push_folder(
             args.folder, args.repo, private=args.private, revision=args.revision, commit_message=args.message

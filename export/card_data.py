@@ -65,7 +65,8 @@ class FolderInfo:
     rotary_dim: int | None = None
     provenance: dict[str, Any] | None = None
     tables: list[tuple[str, ResultsTable]] = field(default_factory=list)  # (file it came from, table)
-    files: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # what push uploads (publishable_names), README.md aside
+    left_out: list[str] = field(default_factory=list)  # "NAME (why)" for everything else in the folder
     custom_code: bool = False  # exported model that needs trust_remote_code
     code_files: list[str] = field(default_factory=list)
     verification: dict[str, Any] | None = None  # exported model: the exporter's check against the adapter
@@ -195,18 +196,77 @@ def read_tables(folder: Path) -> list[tuple[str, ResultsTable]]:
     return tables
 
 
+COMMON_FILES = frozenset({"README.md", "results.json", "results_table.json", "factors.png", "positions.png"})
+"""Files either kind of folder may publish beside its own: the card, the results it shows and their figures."""
+ADAPTER_FILES = frozenset({"adapter_config.json", "adapter_model.safetensors"})
+MODEL_FILES = frozenset(
+    {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer.model",
+        "added_tokens.json",
+        "chat_template.jinja",
+        "chat_template.json",
+    }
+)
+"""An exported model's own files, besides its weights (``*.safetensors``), sidecar and the code its auto_map names."""
+
+
+def _auto_map_modules(folder: Path) -> set[str]:
+    """The ``*.py`` files an exported config's ``auto_map`` names (``"modeling_x.Class"`` -> ``modeling_x.py``)."""
+    try:
+        auto_map = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8")).get("auto_map") or {}
+    except (OSError, ValueError, AttributeError):
+        return set()
+    refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v]) if isinstance(r, str)]
+    return {r.split("--")[-1].rsplit(".", 1)[0] + ".py" for r in refs if "." in r}
+
+
+def publishable_names(folder: Path, kind: str) -> tuple[list[str], list[str]]:
+    """``(files, left_out)``: the regular, top-level files an adapter (``kind="adapter"``) or exported model needs,
+    and ``"NAME (why)"`` for everything else. Links are never followed (a link is left out, whatever it points at),
+    subfolders are not entered (an ``exported/`` model inside an adapter folder stays local), and anything else
+    (a search report with worker names and a storage path, notes, a study file) is left out."""
+    allowed = COMMON_FILES | (ADAPTER_FILES if kind == "adapter" else MODEL_FILES | {SIDECAR_NAME})
+    code = _auto_map_modules(folder) if kind == "model" else set()
+    files, left_out = [], []
+    for path in sorted(folder.iterdir()):
+        name = path.name
+        if path.is_symlink():
+            left_out.append(f"{name} (a link: never followed)")
+        elif path.is_dir():
+            if name != "__pycache__" and not name.startswith("."):
+                left_out.append(f"{name}/ (a folder: not part of the {kind})")
+        elif not path.is_file() or name.startswith(".") or name.endswith(".pyc"):
+            continue
+        elif name in allowed or name in code or (kind == "model" and name.endswith(".safetensors")):
+            files.append(name)
+        else:
+            left_out.append(f"{name} (not a file an LRS {kind} needs)")
+    return files, left_out
+
+
 def read_folder(folder: str | Path) -> FolderInfo:
     """Read and cross-check everything a card shows; CardError says what is wrong."""
     folder = Path(folder)
     kind = detect_kind(folder)
-    files = sorted(
-        p.relative_to(folder).as_posix()
-        for p in folder.rglob("*")
-        if p.is_file()
-        and not any(part.startswith(".") or part == "__pycache__" for part in p.relative_to(folder).parts)
-    )
+    files, left_out = publishable_names(folder, kind)
+    needed = sorted(ADAPTER_FILES) if kind == "adapter" else [MODEL_CONFIG]
+    missing = [n for n in needed if n not in files]
+    if missing:
+        raise CardError(
+            f"{folder}: {', '.join(missing)} must be a regular file in the folder (links are never followed): "
+            "copy the file in place of the link"
+        )
     info = _read_adapter(folder) if kind == "adapter" else _read_export(folder, files)
     info.files = files
+    info.left_out = left_out
     info.tables = read_tables(folder)
     return info
 

@@ -7,8 +7,8 @@
 # --timeout bounds this session's search phase; the held-out step follows it.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-PY=${PY:-.venv/bin/python}
-exec "$PY" -m rope_adapter.cli search --model qwen2.5-coder-0.5b-instruct --pairs 50 \
+RA=${RA:-.venv/bin/rope-adapter}
+exec "$RA" search --model qwen2.5-coder-0.5b-instruct --pairs 50 \
   --search-records 40 --holdout-records 40 --data-seed 0 \
   --s-min 0.8 --s-max 1.25 --degree 2 --sampler gp \
   --uniform 0.8 0.9 0.95 1.05 1.1 1.25 \
