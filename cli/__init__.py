@@ -8,14 +8,25 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
+from rope_adapter.writable import blank_path_reason
 
 SUBCOMMANDS = ["info", "demo", "search", "export", "card", "push", "eval", "analyze"]
 
 
 class CliError(Exception):
     """An error the CLI reports as one line, without a traceback."""
+
+
+def output_path(text: str) -> Path:
+    """argparse type of every ``--out``: a path that is not empty or blank (``Path("")`` would be the current
+    folder, and an export with ``--overwrite`` would replace it)."""
+    why = blank_path_reason(text, "the path")
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
+    return Path(text)
 
 
 class IntListAction(argparse.Action):

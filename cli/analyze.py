@@ -16,7 +16,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from rope_adapter.cli import CliError
+from rope_adapter.cli import CliError, output_path
 from rope_adapter.cli.eval import add_model_arguments, add_task_arguments
 from rope_adapter.evaluate.analyze import AnalyzeSettings, run_analysis
 from rope_adapter.scoring.loading import EvalError
@@ -50,7 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--variant",
         help="instead of --adapter, any variant spec of `eval` (uniform:1.25, linear:2+adapter:PATH, ...)",
     )
-    p.add_argument("--out", type=Path, default=Path("analysis"), help="output folder")
+    p.add_argument("--out", type=output_path, default=Path("analysis"), help="output folder")
     p.add_argument(
         "--what",
         default="decay,attention",

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from rope_adapter.cli import CliError
+from rope_adapter.cli import CliError, output_path
 from rope_adapter.export.card import CardError, build_card
+from rope_adapter.writable import write_text_atomic
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "The folder itself is not changed unless --out points into it.",
     )
     p.add_argument("folder", metavar="ADAPTER_OR_EXPORT_DIR", help="adapter folder or exported model folder")
-    p.add_argument("--out", type=Path, metavar="FILE", help="write the card here (default: print it)")
+    p.add_argument("--out", type=output_path, metavar="FILE", help="write the card here (default: print it)")
     p.add_argument(
         "--repo",
         metavar="ORG/NAME",
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
+        write_text_atomic(args.out, text)
     except OSError as exc:
         raise CliError(f"cannot write the card to {args.out}: {exc}") from None
     print(f"wrote {args.out} (the card `rope-adapter push {args.folder}` would upload)")

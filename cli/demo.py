@@ -22,13 +22,14 @@ import time
 from pathlib import Path
 
 from rope_adapter import LrsConfig, LrsError
-from rope_adapter.cli import CliError, build_parser, main
+from rope_adapter.cli import CliError, build_parser, main, output_path
 from rope_adapter.cli.search import settings_from_args
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.export.bake import check_adapter_fits
 from rope_adapter.export.card import build_card
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
 from rope_adapter.search.study import DEFAULT_UNIFORM, SearchError, check_search, check_stored_study
+from rope_adapter.writable import write_text_atomic
 
 STEP_FOLDERS = ("1-base-eval", "2-search", "3-heldout-eval", "4-exported")
 
@@ -42,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "adapter on held-out records against the base and the best uniform factor, export the scaled model with "
         "its model card, and write OUT/report.md.",
     )
-    p.add_argument("--out", type=Path, default=Path("demo-report"), help="report folder (default: demo-report)")
+    p.add_argument("--out", type=output_path, default=Path("demo-report"), help="report folder (default: demo-report)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="base model (default: the embedded SmolLM2)")
     p.add_argument("--pairs", type=int, default=10, help="key-value pairs per record (default: 10)")
     p.add_argument("--positions", type=int, nargs="+", default=[0, 4, 9], help="gold positions (default: 0 4 9)")
@@ -58,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--s-max", type=float, default=1.2, help="largest factor (default: 1.2)")
     p.add_argument("--search-records", type=int, default=4, help="records scored by every trial (default: 4)")
     p.add_argument("--eval-records", type=int, default=8, help="records per evaluation (default: 8)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing export in OUT")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT/4-exported when it exists (refused otherwise)")
     p.set_defaults(run=run)
 
 
@@ -106,6 +107,12 @@ def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
             raise CliError(f"{flag} must be >= 1 (records per evaluation or per search trial), got {value}")
     if (why := _unwritable(args.out)) is not None:
         raise CliError(why)
+    exported = args.out / "4-exported"
+    if not args.overwrite and exported.exists() and (not exported.is_dir() or any(exported.iterdir())):
+        raise CliError(
+            f"{exported} exists (an earlier demo's export, or files of yours): pass --overwrite to replace it, or "
+            "choose another --out"
+        )
     try:
         settings = settings_from_args(_parsed(search_argv))
         check_search(settings)
@@ -211,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         4,
         "export the scaled model (loads without PEFT) and its model card",
         ["export", "--model", args.model, "--adapter", str(adapter), "--out", str(export_dir)]
-        + (["--overwrite"] if args.overwrite or export_dir.exists() else []),
+        + (["--overwrite"] if args.overwrite else []),
         commands,
     )
     # the export carries the results its card shows: the search's held-out table and the held-out eval
@@ -220,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             shutil.copyfile(source, export_dir / source.name)
     card = build_card(export_dir)
     card.save(export_dir / "README.md")
-    (out / "model-card.md").write_text(str(card))
+    write_text_atomic(out / "model-card.md", str(card))
     heldout_table = ResultsTable.read(heldout_eval)
 
     print("\n[5/5] writing the report", flush=True)
@@ -272,6 +279,6 @@ def run(args: argparse.Namespace) -> int:
         "differences inside them are not evidence of an effect. `benchmarks/search_smollm2.py` runs a larger search.",
         "",
     ]
-    (out / "report.md").write_text("\n".join(lines))
+    write_text_atomic(out / "report.md", "\n".join(lines))
     print(f"\ndone in {minutes:.1f} minutes. Report: {(out / 'report.md').resolve()}")
     return 0

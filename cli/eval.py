@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.cli import CliError, IntListAction
+from rope_adapter.cli import CliError, IntListAction, output_path
 from rope_adapter.evaluate.run import DEFAULT_MODEL, EvalError, EvalSettings, run_eval
 from rope_adapter.scoring.tasks import canonical_task_name
 from rope_adapter.scoring.variants import VariantError
@@ -130,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--adapter", help="an LRS adapter (folder or Hub id) for the default variants")
     p.add_argument("--reference", help="variant the others are compared to (default: the first)")
-    p.add_argument("--out", type=Path, default=Path("eval-results"), help="output folder")
+    p.add_argument("--out", type=output_path, default=Path("eval-results"), help="output folder")
     add_task_arguments(p, default_samples=20)
     g = p.add_argument_group("scores")
     g.add_argument(

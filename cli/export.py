@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from rope_adapter.cli import output_path
 from rope_adapter.export import export_model
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--model", required=True, metavar="ID_OR_PATH", help="base model: Hub id, folder, or alias")
     p.add_argument("--adapter", required=True, metavar="ADAPTER", help="LRS adapter folder or Hub repo id")
-    p.add_argument("--out", required=True, type=Path, metavar="DIR", help="folder to create")
+    p.add_argument("--out", required=True, type=output_path, metavar="DIR", help="folder to create")
     p.add_argument("--overwrite", action="store_true", help="replace --out when it exists and is not empty")
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the fresh-process logits check")
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="dtype to load and save the weights in")

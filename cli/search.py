@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
-from rope_adapter.cli import CliError, IntListAction
+from rope_adapter.cli import CliError, IntListAction, output_path
 from rope_adapter.search import SearchError, SearchSettings, run_search
 from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.study import settings_default, settings_help
@@ -122,7 +121,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "storage": {"metavar": "URL"},
     "study": {"metavar": "NAME"},
     "max_records": {"metavar": "N"},
-    "out": {"type": Path},
+    "out": {"type": output_path},
 }
 """Flags that need more than their field's type: aliases, choices, parsers, metavars."""
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.variants import Variant, build_variant, check_variants, parse_variant
+from rope_adapter.writable import write_text_atomic
 
 from . import evaluation as ev
 from .analysis import REGIONS, decay_curves, last_token_attention_shares
@@ -141,7 +142,7 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
             )
     out.mkdir(parents=True, exist_ok=True)
     paths["markdown"] = out / "analysis.md"
-    paths["markdown"].write_text("\n".join(report) + "\n")
+    write_text_atomic(paths["markdown"], "\n".join(report) + "\n")
     return paths
 
 
@@ -166,7 +167,7 @@ def _decay(s: AnalyzeSettings, config: Any, variant: Any, plans: dict, out: Path
     data = decay_curves(factors, max_distance=max_distance, head_dim=head_dim, theta=theta, labels=labels)
     out.mkdir(parents=True, exist_ok=True)
     paths["decay_json"] = out / "decay.json"
-    paths["decay_json"].write_text(json.dumps(data) + "\n")
+    write_text_atomic(paths["decay_json"], json.dumps(data) + "\n")
     plot_decay(data, out / "decay.png")
     paths["decay_plot"] = out / "decay.png"
     log(f"decay bound for factors {', '.join(f'{f:g}' for f in factors)} -> {out / 'decay.png'}")
@@ -234,7 +235,7 @@ def _attention(
     }
     out.mkdir(parents=True, exist_ok=True)
     paths["attention_json"] = out / "attention.json"
-    paths["attention_json"].write_text(json.dumps(data, indent=1) + "\n")
+    write_text_atomic(paths["attention_json"], json.dumps(data, indent=1) + "\n")
     plot_attention_shares(data, out / "attention.png")
     paths["attention_plot"] = out / "attention.png"
     lines = [

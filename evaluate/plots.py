@@ -25,6 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from rope_adapter.writable import savefig_atomic
+
 _MARKERS = "osD^vP*Xh<>"
 
 
@@ -41,7 +43,7 @@ def _colors(n: int) -> list:
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130, bbox_inches="tight")
+    savefig_atomic(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -9,6 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.writable import write_text_atomic
+
 
 class SweepResults:
     """What the position sweep (:class:`PositionResults`) and the length sweep
@@ -64,9 +66,7 @@ class SweepResults:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
 def write_results(
@@ -84,7 +84,7 @@ def write_results(
     _write_json(paths["json"], data)
     if plot:
         paths["plot"] = plot_fn(data, out / plot_name)
-    paths["markdown"].write_text(markdown_fn(data, plot_name=plot_name if plot else None))
+    write_text_atomic(paths["markdown"], markdown_fn(data, plot_name=plot_name if plot else None))
     if data.get("kind") == "positions":  # the typed table the model card and the demo report read
         from rope_adapter.scoring.results_table import ResultsTable
 

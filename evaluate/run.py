@@ -21,7 +21,7 @@ from typing import Any
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.metrics import METRICS
 from rope_adapter.scoring.variants import check_variants, parse_variants
-from rope_adapter.writable import unwritable_reason
+from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from . import evaluation as ev
 from .evaluation import POSITION_TASKS
@@ -60,6 +60,8 @@ class SampleSettings:
         from rope_adapter.scoring.tasks import canonical_task_name
 
         self.task = canonical_task_name(self.task)
+        if (why := blank_path_reason(self.out, "--out")) is not None:
+            raise EvalError(why)
         self.out = Path(self.out)
         self.task_args = dict(self.task_args or {})
         _check_count("num_samples", self.num_samples)

@@ -10,6 +10,7 @@ from typing import Any
 
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.scoring.shared_prefix import TokenizedTask
+from rope_adapter.writable import write_text_atomic
 
 from .plots import plot_sensitivity
 from .sensitivity import layer_sensitivity
@@ -57,7 +58,7 @@ def sensitivity_section(
     }
     out.mkdir(parents=True, exist_ok=True)
     paths["sensitivity_json"] = out / "sensitivity.json"
-    paths["sensitivity_json"].write_text(json.dumps(data, indent=1) + "\n")
+    write_text_atomic(paths["sensitivity_json"], json.dumps(data, indent=1) + "\n")
     paths["sensitivity_plot"] = plot_sensitivity(data, out / "sensitivity.png")
     return sensitivity_lines(data)
 

@@ -37,7 +37,7 @@ from rope_adapter.standalone import (
     register_lrs_model_type,
     wrap_rope_parameters,
 )
-from rope_adapter.writable import unwritable_reason
+from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from .codegen import write_code
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
@@ -396,6 +396,8 @@ def export_model(
     """
     if out is None:
         raise TypeError("export_model() needs out=, the folder to write")
+    if (why := blank_path_reason(out, "out")) is not None:
+        raise ExportError(why)
     max_shard_size = check_export_options(atol, max_shard_size)
     out = Path(out).expanduser().absolute()
     if isinstance(model_or_path, PeftModel):

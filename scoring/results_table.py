@@ -24,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.writable import write_text_atomic
+
 from .intervals import CONFIDENCE, difference_from_se, proportion_interval
 
 __all__ = [
@@ -212,9 +214,7 @@ class ResultsTable:
     def write(self, folder: str | os.PathLike[str]) -> Path:
         """Write ``results_table.json`` into ``folder`` (atomically); returns its path."""
         path = Path(folder) / RESULTS_TABLE_NAME
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
         return path
 
     @classmethod

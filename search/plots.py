@@ -16,11 +16,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from rope_adapter.writable import savefig_atomic
+
 
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=120)
+    savefig_atomic(fig, path, dpi=120)
 
 
 def _score_label(report: Mapping[str, Any]) -> str:

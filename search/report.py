@@ -24,17 +24,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from rope_adapter.scoring.paired import paired_difference
+from rope_adapter.writable import write_text_atomic
 
 from .objective import ObjectiveSpec
+from .outputs import REPORT_NAME, SUMMARY_NAME
 from .report_md import markdown_summary
 from .samplers import LEGACY_SAMPLER, describe_sampler
 
 if TYPE_CHECKING:
     from .settings import SearchSettings
     from .worker import Worker
-
-REPORT_NAME = "search_report.json"
-SUMMARY_NAME = "search_report.md"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -437,9 +436,7 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
 
     out = Path(out)
     path = out / REPORT_NAME
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
     # the adapter folder carries what its model card shows, so that `rope-adapter push OUT/adapter` publishes it
     adapter = out / "adapter"
     carried = report.get("holdout") and (adapter / "adapter_config.json").is_file()
@@ -447,7 +444,7 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
         from rope_adapter.scoring.results_table import ResultsTable
 
         ResultsTable.from_search_holdout(_finite(report)).write(adapter)
-    (out / SUMMARY_NAME).write_text(markdown_summary(report))
+    write_text_atomic(out / SUMMARY_NAME, markdown_summary(report))
     plots.plot_pareto(report, out / "pareto.png")
     plots.plot_factors(report, out / "factors.png")
     if report.get("holdout"):

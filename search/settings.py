@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter.scoring.tasks import available_tasks, canonical_task_name
+from rope_adapter.writable import blank_path_reason
 
 from .bezier import X_MODES, BezierSpace
 from .objective import (
@@ -272,6 +273,8 @@ class SearchSettings:
                 f"uniform baselines {bad} lie outside [s_min, s_max] = [{self.s_min:g}, {self.s_max:g}]: "
                 "they would be infeasible; drop them or widen the bounds"
             )
+        if (why := blank_path_reason(self.out, "out")) is not None:
+            raise SearchError(why)
         if not self.study or not isinstance(self.study, str):
             raise SearchError("the study name must be a non-empty string")
         if self.position_weights is not None:
@@ -331,8 +334,17 @@ def settings_dict(settings: SearchSettings) -> dict[str, Any]:
     """JSON-friendly settings (user constraint callables by name)."""
     data = asdict(replace(settings, constraints=()))
     data["constraints"] = [getattr(c, "__qualname__", repr(c)) for c in settings.constraints]
-    data["storage"] = redact_url(settings.storage_url())
+    data["storage"] = public_storage(settings.storage_url())
     return data
+
+
+def public_storage(url: str) -> str:
+    """How reports, provenance and cards record a storage URL: an SQLite file by its name only
+    (``sqlite:///study.db``, so a study folder copied to another machine is still recognised and no local path
+    is published), any other URL without its password."""
+    if url.startswith("sqlite:///"):
+        return "sqlite:///" + Path(url[len("sqlite:///") :]).name
+    return redact_url(url)
 
 
 def redact_url(url: str) -> str:

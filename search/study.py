@@ -37,10 +37,12 @@ from .data import DEFAULT_PERPLEXITY_TEXT, build_task, load_split, perplexity_te
 from .objective import (
     FactorConstraints,
 )
+from .outputs import check_own_outputs
 from .settings import (
     DEFAULT_UNIFORM,
     SearchError,
     SearchSettings,
+    public_storage,
     redact_url,
     settings_default,
     settings_dict,
@@ -150,6 +152,7 @@ def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any 
     task and its data (read and split), the model's config, a search space with a factor set, and prompt lengths
     within the model's positions. Reads only configs, the tokenizer and the data: no weights, no files written."""
     settings.check()
+    check_own_outputs(settings)
     split = load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
     num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
     constraints = FactorConstraints(
@@ -273,7 +276,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
         worker=worker,
         trials=trials,
         constraint_names=constraint_names(worker),
-        storage=shown_url,
+        storage=public_storage(url),
         sampler_seed=run_info.get("seed"),
         search_seconds=search_seconds,
         trials_this_run=run_info.get("ran", 0),

@@ -1,0 +1,59 @@
+"""Which files in a search's ``out`` folder the search writes, and the check that it replaces only its own.
+
+A search (and a resumed one) writes :data:`OUTPUT_NAMES` into ``out``. Before any work, :func:`check_own_outputs`
+refuses an ``out`` where one of them exists but was not written by this study: the report and the adapter name
+the study (name and storage) that wrote them, so a folder another run or the user wrote is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .settings import SearchError, SearchSettings, public_storage
+
+REPORT_NAME = "search_report.json"
+SUMMARY_NAME = "search_report.md"
+OUTPUT_NAMES = ("adapter", REPORT_NAME, SUMMARY_NAME, "pareto.png", "factors.png", "positions.png")
+"""What a search writes in ``out`` (besides its default ``study.db``)."""
+
+
+def _study_of(path: Path, *keys: str) -> tuple[str | None, str | None] | None:
+    """(study name, storage) recorded under ``keys`` in the JSON file ``path``; None when unreadable."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        for key in keys:
+            data = data[key]
+        storage = data.get("storage")
+        return data.get("name"), public_storage(storage) if isinstance(storage, str) else storage
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def check_own_outputs(settings: SearchSettings) -> None:
+    """:class:`SearchError` when ``out`` holds a search output that this study (name and storage) did not write."""
+    out = Path(settings.out)
+    present = [name for name in OUTPUT_NAMES if (out / name).exists() or (out / name).is_symlink()]
+    if not present:
+        return
+    ours = (settings.study, public_storage(settings.storage_url()))
+    writers = {
+        "report": _study_of(out / REPORT_NAME, "study"),
+        "adapter": _study_of(out / "adapter" / "adapter_config.json", "provenance", "study"),
+    }
+    recorded = [w for w in writers.values() if w is not None]
+    if any(w != ours for w in recorded) or not recorded:
+        who = (
+            "no search report or adapter that names the study which wrote them"
+            if not recorded
+            else "outputs of study " + ", ".join(f"{n!r} in {s}" for n, s in sorted(set(recorded), key=str))
+        )
+        raise SearchError(
+            f"--out {out} holds {', '.join(present)} ({who}), not this study's ({settings.study!r} in {ours[1]}): "
+            "a search replaces only its own outputs; choose another --out, or move those files away"
+        )
+    if (out / "adapter").exists() and writers["adapter"] is None:
+        raise SearchError(
+            f"--out {out} holds an adapter/ folder this search did not write (no provenance naming study "
+            f"{settings.study!r}): choose another --out, or move it away"
+        )

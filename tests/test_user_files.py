@@ -1,0 +1,158 @@
+"""No command deletes or overwrites a file it did not write unless told to: an empty --out is never the current
+folder, every write is atomic, a search replaces only its own outputs, the demo replaces its export only with
+--overwrite."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+from card_folders import make_adapter
+from test_study import small
+from tiny_models import byte_tokenizer, tiny_model
+
+from rope_adapter import writable
+from rope_adapter.cli import main
+from rope_adapter.evaluate.run import EvalError, EvalSettings
+from rope_adapter.export import ExportError, export_model
+from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search import study as study_mod
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-llama-files")
+    tiny_model("llama", num_layers=4).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["export", "--model", "M", "--adapter", "A", "--overwrite"],
+        ["eval", "--model", "M"],
+        ["analyze", "--model", "M"],
+        ["search", "--model", "M"],
+        ["demo", "--model", "M"],
+        ["card", "A"],
+    ],
+    ids=lambda c: c[0] if isinstance(c, list) else repr(c),
+)
+def test_an_empty_out_is_refused_and_the_current_folder_is_untouched(
+    tmp_path, monkeypatch, capsys, model_dir, command, blank
+):
+    adapter = make_adapter(tmp_path / "adapter", results=False)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "results.json").write_text('{"mine": true}\n')
+    (cwd / "keep.txt").write_text("the user's file\n")
+    before = _snapshot(cwd)
+    monkeypatch.chdir(cwd)
+    argv = [str(model_dir) if a == "M" else str(adapter) if a == "A" else a for a in command]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--out", blank])
+    assert exit_info.value.code == 2
+    assert "is empty" in capsys.readouterr().err
+    assert _snapshot(cwd) == before
+
+
+def test_the_python_api_refuses_an_empty_out_too(tmp_path, model_dir):
+    with pytest.raises(ExportError, match="is empty"):
+        export_model(str(model_dir), str(make_adapter(tmp_path / "a", results=False)), "", overwrite=True)
+    with pytest.raises(SearchError, match="is empty"):
+        SearchSettings(model=str(model_dir), out=" ")
+    with pytest.raises(EvalError, match="is empty"):
+        EvalSettings(model=str(model_dir), out="")
+
+
+def test_a_card_written_on_a_full_disk_keeps_the_old_card(tmp_path, monkeypatch, capsys):
+    adapter = make_adapter(tmp_path / "adapter", results=False)
+    card = tmp_path / "cards" / "README.md"
+    card.parent.mkdir()
+    card.write_text("the old card\n")
+
+    def enospc(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writable.os, "fsync", enospc)
+    assert main(["card", str(adapter), "--out", str(card)]) == 2
+    assert "No space left" in capsys.readouterr().err
+    assert card.read_text() == "the old card\n"
+    assert os.listdir(card.parent) == ["README.md"]  # no temporary file left behind
+
+
+def test_atomic_writes_keep_the_mode_of_the_file_they_replace(tmp_path):
+    path = tmp_path / "f.txt"
+    path.write_text("old")
+    path.chmod(0o640)
+    writable.write_text_atomic(path, "new")
+    assert path.read_text() == "new" and (path.stat().st_mode & 0o777) == 0o640
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the outputs were checked")
+
+    monkeypatch.setattr(study_mod, "make_worker", refuse)
+
+
+def test_search_refuses_an_out_with_another_studys_report(tmp_path, model_dir, no_model_load):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "search_report.json").write_text(json.dumps({"study": {"name": "other", "storage": "sqlite:///x.db"}}))
+    before = _snapshot(out)
+    with pytest.raises(SearchError, match=r"study 'other' in sqlite:///x.db.*replaces only its own outputs"):
+        run_search(small(out, model_dir))
+    assert _snapshot(out) == before
+
+
+def test_search_refuses_an_adapter_folder_it_did_not_write(tmp_path, model_dir, no_model_load):
+    out = tmp_path / "out"
+    make_adapter(out / "adapter", results=False)  # the user's adapter, provenance of another study
+    (out / "adapter" / "adapter_config.json").write_text(
+        json.dumps({**json.loads((out / "adapter" / "adapter_config.json").read_text()), "provenance": None})
+    )
+    before = _snapshot(out)
+    with pytest.raises(SearchError, match="adapter"):
+        run_search(small(out, model_dir))
+    assert _snapshot(out) == before
+
+
+def test_search_refuses_a_plot_of_unknown_origin(tmp_path, model_dir, no_model_load):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "factors.png").write_bytes(b"the user's figure")
+    with pytest.raises(SearchError, match="no search report or adapter that names the study"):
+        run_search(small(out, model_dir))
+    assert (out / "factors.png").read_bytes() == b"the user's figure"
+
+
+def test_a_search_resumes_over_its_own_outputs_and_records_no_local_path(tmp_path, model_dir):
+    out = tmp_path / "out"
+    run_search(small(out, model_dir, trials=5))
+    report = json.loads((out / "search_report.json").read_text())
+    assert report["study"]["storage"] == "sqlite:///study.db"
+    assert str(tmp_path) not in json.dumps(report["study"]) + json.dumps(report["settings"]["storage"])
+    run_search(small(out, model_dir, trials=6))  # the same study: its own outputs are replaced
+    assert len(json.loads((out / "search_report.json").read_text())["trials"]) >= 6
+
+
+def test_the_demo_keeps_an_existing_export_without_overwrite(tmp_path, model_dir, capsys):
+    out = tmp_path / "demo"
+    (out / "4-exported").mkdir(parents=True)
+    (out / "4-exported" / "mine.txt").write_text("the user's file\n")
+    rc = main(["demo", "--model", str(model_dir), "--pairs", "3", "--positions", "0", "2", "--out", str(out)])
+    assert rc == 2
+    assert "pass --overwrite to replace it" in capsys.readouterr().err
+    assert (out / "4-exported" / "mine.txt").read_text() == "the user's file\n"
+    assert sorted(os.listdir(out)) == ["4-exported"]  # no step ran
