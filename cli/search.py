@@ -13,6 +13,7 @@ from typing import Any
 
 from rope_adapter.cli import CliError, IntListAction, output_path
 from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search.objective import SCORE_KINDS
 from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.study import settings_default, settings_help
 
@@ -106,7 +107,7 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "positions": {"action": IntListAction, "type": None, "metavar": "P", "suffix": " Written 0 5 10 or 0,5,10."},
     "k": {"type": _k_value, "suffix": " 'all': every answer token (the whole answer)."},
     "dtype": {"choices": ["auto", "float32", "bfloat16", "float16"]},
-    "score": {"choices": ["answer", "logprob", "accuracy"]},
+    "score": {"choices": list(SCORE_KINDS)},
     "objective": {"choices": ["pareto", "weighted"]},
     "sampler": {"choices": list(SAMPLERS)},
     "select": {"choices": ["mean", "worst", "balanced"]},

@@ -50,6 +50,7 @@ METRIC_TITLES = {
     "tf_accuracy": "Teacher-forced accuracy (every answer token is the argmax: greedy decoding writes the answer)",
     "answer": "Answer score (teacher-forced accuracy of the whole answer, log-probability breaking ties)",
     "logprob": "Gold log-probability (teacher-forced, mean per answer token)",
+    "soft": "Soft teacher-forced accuracy (sigmoid of the smallest answer-token logit margin)",
 }
 PROPORTIONS = ("accuracy", "tf_accuracy")
 HOLDOUT_LABELS = {"base": "base (all factors 1)", "best_uniform": "best uniform", "found": "found"}

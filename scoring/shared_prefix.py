@@ -326,6 +326,16 @@ class TokenLogprobs:
     greedy: list[np.ndarray] | None = None
     rows: list[int] | None = None
     """The ``TokenizedTask.full_ids`` row (answer form) each sample's values come from; None: row i = sample i."""
+    margins: list[np.ndarray] | None = None
+    """Per target token: its log-prob minus the largest log-prob of any other token (the logit margin; > 0 exactly
+    when the token is the argmax), from the same forward pass."""
+
+    def min_margin(self) -> np.ndarray:
+        """Per sample, the smallest margin over its target tokens: > 0 exactly when :meth:`exact` is True (ties
+        aside), and how far from flipping the sample is."""
+        if self.margins is None:
+            raise ValueError("these log-probs were computed without margins")
+        return np.array([float(m.min()) for m in self.margins])
 
     def exact(self) -> np.ndarray:
         """Teacher-forced exact match per sample: every target token is the argmax given the gold prefix.
@@ -393,28 +403,43 @@ def token_logprobs(
         return _token_logprobs_separate(model, task, progress)
     values: list[np.ndarray | None] = [None] * len(task.full_ids)
     greedy: list[np.ndarray | None] = [None] * len(task.full_ids)
+    margins: list[np.ndarray | None] = [None] * len(task.full_ids)
     batches = _group_batches(task.logprob_groups, batch_size)
     for batch in tqdm(batches, desc="gold log-prob", disable=not progress):
         state = _prefix_pass(model, [task.full_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
         items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
         sizes = [len(task.full_ids[i]) - shared for _, i, shared in items]
         for chunk in _chunks(items, sizes, max_batch_tokens):
-            _score_chunk(model, task, state, chunk, values, greedy)
+            _score_chunk(model, task, state, chunk, values, greedy, margins)
     if any(v is None for v in values):
         raise RuntimeError("internal error: a sample was not scored")
-    return _collapse_forms(task, values, greedy)
+    return _collapse_forms(task, values, greedy, margins)
 
 
-def _collapse_forms(task: TokenizedTask, values: list, greedy: list) -> TokenLogprobs:
+def _collapse_forms(task: TokenizedTask, values: list, greedy: list, margins: list) -> TokenLogprobs:
     """One row per sample: of its answer forms, the one greedy decoding writes (all tokens argmax) if any, else
     the most probable one (largest total log-prob)."""
     if task.forms is None:
-        return TokenLogprobs(task.samples, list(values), list(greedy))
+        return TokenLogprobs(task.samples, list(values), list(greedy), margins=list(margins))
     chosen = []
     for rows in task.forms:
         exact = [r for r in rows if bool(greedy[r].all())]
         chosen.append(exact[0] if exact else max(rows, key=lambda r: float(values[r].sum())))
-    return TokenLogprobs(task.samples, [values[r] for r in chosen], [greedy[r] for r in chosen], chosen)
+    return TokenLogprobs(
+        task.samples,
+        [values[r] for r in chosen],
+        [greedy[r] for r in chosen],
+        chosen,
+        margins=[margins[r] for r in chosen],
+    )
+
+
+def _margins(logprobs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Each target's log-prob minus the best other token's (``logprobs``: ``[n, vocab]``, ``targets``: ``[n]``)."""
+    top = logprobs.topk(2, dim=-1)
+    gold = logprobs.gather(-1, targets[:, None])[:, 0]
+    other = torch.where(top.indices[:, 0] == targets, top.values[:, 1], top.values[:, 0])
+    return gold - other
 
 
 def _score_chunk(
@@ -424,6 +449,7 @@ def _score_chunk(
     chunk: Sequence[tuple[int, int, int]],
     values: list[np.ndarray | None],
     greedy: list[np.ndarray | None],
+    margins: list[np.ndarray | None],
 ) -> None:
     conts = [task.full_ids[i][shared:] for _, i, shared in chunk]
     offsets = [task.target_start[i] - shared for _, i, shared in chunk]  # first target index in the continuation
@@ -446,10 +472,12 @@ def _score_chunk(
         )
         logprobs = out.logits.float().log_softmax(-1)
     for r, ((row, i, _), cont, offset) in enumerate(zip(chunk, conts, offsets, strict=True)):
-        scores, hits = [], []
+        scores, hits, gaps = [], [], []
         if offset == 0:
             scores.append(state.last_logprobs[row, cont[0]])
             hits.append(state.last_logprobs[row].argmax() == cont[0])
+            first_target = torch.tensor([cont[0]], device=state.last_logprobs.device)
+            gaps.append(_margins(state.last_logprobs[row][None], first_target)[0])
         first = max(offset, 1)
         if first < len(cont):
             assert logprobs is not None
@@ -457,13 +485,15 @@ def _score_chunk(
             rows = torch.arange(first - 1 - lo, len(cont) - 1 - lo, device=logprobs.device)
             scores.extend(logprobs[r, rows, targets].unbind())
             hits.extend((logprobs[r, rows].argmax(-1) == targets).unbind())
+            gaps.extend(_margins(logprobs[r, rows], targets).unbind())
         values[i] = torch.stack(scores).double().cpu().numpy()
         greedy[i] = torch.stack(hits).cpu().numpy()
+        margins[i] = torch.stack(gaps).double().cpu().numpy()
 
 
 def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progress: bool) -> TokenLogprobs:
     device = _device(model)
-    values, greedy = [], []
+    values, greedy, margins = [], [], []
     for i in tqdm(range(len(task.full_ids)), desc="gold log-prob (separate)", disable=not progress):
         ids = torch.tensor([task.full_ids[i]], device=device)
         start = task.target_start[i]
@@ -473,7 +503,8 @@ def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progre
         targets = ids[0, start:]
         values.append(logprobs[torch.arange(len(targets), device=device), targets].double().cpu().numpy())
         greedy.append((logprobs.argmax(-1) == targets).cpu().numpy())
-    return _collapse_forms(task, values, greedy)
+        margins.append(_margins(logprobs, targets).double().cpu().numpy())
+    return _collapse_forms(task, values, greedy, margins)
 
 
 def gold_logprob(

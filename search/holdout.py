@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,8 +18,10 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 from rope_adapter.scoring.paired import describe_difference, paired_difference
+from rope_adapter.scoring.shared_prefix import position_means
 
 from .k_selection import select_k
+from .objective import answer_score
 
 
 def add_holdout(report: dict[str, Any], worker: Worker) -> None:
@@ -46,7 +49,8 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
         "records": len(set(ids)),
         "samples": len(task),
         "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
-        "score": settings.score,
+        "score": "answer" if settings.score == "soft" else settings.score,
+        "search_score": settings.score,
         "k": settings.k if settings.score == "logprob" else None,
         "configs": {},
     }
@@ -56,6 +60,9 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
         if key not in done:
             done[key] = (worker.evaluator.score(factors, task, keep_logprobs=True), None)
         scored = done[key][0]
+        if settings.score == "soft":  # the verdict stays in the benchmark's metric: accuracy, log-prob breaking ties
+            scored = replace(scored, per_sample=answer_score(scored.exact, scored.logprob))
+            scored = replace(scored, by_position=position_means(positions, scored.per_sample))
         scores[name] = scored.per_sample
         entry = {
             "factors": factors,

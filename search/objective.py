@@ -9,6 +9,11 @@ once (:func:`rope_adapter.scoring.shared_prefix.prepare`), are scored:
   the model's argmax given the gold tokens before it (exactly when greedy decoding writes the answer) and
   ``logprob`` is the mean log-probability of the answer's tokens. The log-prob term (at most 0.1 in size) only
   breaks ties between factor sets with the same accuracy; one more correct sample always outweighs it;
+- ``score="soft"``: the same teacher-forced pass, kept continuous: ``sigmoid(m / SOFT_TEMPERATURE)`` per
+  sample, where ``m`` is the smallest logit margin over the answer tokens (the gold token's log-prob minus the best
+  other token's; ``m > 0`` exactly when ``exact`` is 1). It tends to teacher-forced accuracy as the temperature
+  goes to 0, and it sees a sample move towards or away from flipping before it flips. The held-out verdict is
+  still taken in the answer score (accuracy);
 - ``score="logprob"``: the mean teacher-forced log-probability of the first ``k`` answer tokens of each sample
   (all of them when ``k`` is None); a proxy, never the default: a first-k gain can hide a whole-answer loss;
 - ``score="accuracy"``: greedy decoding judged by the task's own rule (0 or 1 per sample; a decode loop).
@@ -46,9 +51,9 @@ from rope_adapter.scoring.shared_prefix import TokenizedTask, TokenLogprobs, pos
 
 from .bezier import BezierSpace, factors_from_control_points
 
-ScoreKind = Literal["answer", "logprob", "accuracy"]
+ScoreKind = Literal["answer", "soft", "logprob", "accuracy"]
 ObjectiveKind = Literal["pareto", "weighted"]
-SCORE_KINDS: tuple[str, ...] = ("answer", "logprob", "accuracy")
+SCORE_KINDS: tuple[str, ...] = ("answer", "soft", "logprob", "accuracy")
 TIEBREAK = 0.01
 """Weight of the whole-answer log-prob in the ``answer`` score (see the module docstring)."""
 LOGPROB_FLOOR = -10.0
@@ -72,7 +77,8 @@ class ObjectiveSpec:
     score: ScoreKind = field(
         default="answer",
         metadata={
-            "help": "'answer': teacher-forced accuracy of the whole answer, log-prob breaking ties; 'logprob': "
+            "help": "'answer': teacher-forced accuracy of the whole answer, log-prob breaking ties; 'soft': "
+            "sigmoid of the smallest answer-token logit margin; 'logprob': "
             "mean gold log-prob of the first k answer tokens; 'accuracy': greedy decoding and the task's rule."
         },
     )
@@ -305,6 +311,16 @@ class Scored:
     logprob: np.ndarray | None = None  # mean log-prob of the scored answer tokens per sample
 
 
+SOFT_TEMPERATURE = 1.0
+"""Temperature (in nats of logit margin) of the ``soft`` score."""
+
+
+def soft_score(min_margin: np.ndarray, temperature: float = SOFT_TEMPERATURE) -> np.ndarray:
+    """The ``soft`` score per sample: ``sigmoid(min_margin / temperature)`` (0.5 at a tie, > 0.5 when correct)."""
+    z = np.clip(np.asarray(min_margin, dtype=np.float64) / temperature, -60.0, 60.0)
+    return 1.0 / (1.0 + np.exp(-z))
+
+
 def answer_score(exact: np.ndarray, logprob: np.ndarray) -> np.ndarray:
     """The ``answer`` score per sample: ``exact + TIEBREAK * max(logprob, LOGPROB_FLOOR)``."""
     return np.asarray(exact, dtype=np.float64) + TIEBREAK * np.maximum(np.asarray(logprob, float), LOGPROB_FLOOR)
@@ -353,17 +369,21 @@ class Evaluator:
         start = time.perf_counter()
         logprobs = predictions = exact = logprob = None
         with torch.inference_mode():
-            if self.spec.score in ("answer", "logprob"):
+            if self.spec.score in ("answer", "soft", "logprob"):
                 logprobs = token_logprobs(
                     self.model, task, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens
                 )
-                k = None if self.spec.score == "answer" else self.spec.k
+                k = self.spec.k if self.spec.score == "logprob" else None
                 logprob = logprobs.mean(k)
-                if self.spec.score == "answer":
-                    exact = logprobs.exact()
-                    per_sample = answer_score(exact, logprob)
-                else:
+                if self.spec.score == "logprob":
                     per_sample = logprob
+                else:
+                    exact = logprobs.exact()
+                    per_sample = (
+                        answer_score(exact, logprob)
+                        if self.spec.score == "answer"
+                        else soft_score(logprobs.min_margin())
+                    )
             else:
                 result = greedy_accuracy(
                     self.model, task, self.judge, batch_size=self.batch_size, max_batch_tokens=self.max_batch_tokens

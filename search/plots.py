@@ -31,6 +31,8 @@ def _score_label(report: Mapping[str, Any]) -> str:
         return f"mean log-prob of the first {task['k']} answer tokens" if task["k"] else "mean answer log-prob"
     if task["score"] == "answer":
         return "teacher-forced accuracy (+ 0.01 x answer log-prob)"
+    if task["score"] == "soft":
+        return "soft teacher-forced accuracy (sigmoid of the smallest answer-token margin)"
     return "greedy accuracy"
 
 

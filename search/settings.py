@@ -78,7 +78,8 @@ class SearchSettings:
     score: str = _f(
         "answer",
         "'answer': teacher-forced accuracy of the whole answer (greedy's verdict without a decode loop), its "
-        "log-prob breaking ties; 'logprob': mean gold log-prob of the first k answer tokens (a proxy); "
+        "log-prob breaking ties; 'soft': the same pass kept continuous (sigmoid of the smallest answer-token logit "
+        "margin; the held-out verdict stays accuracy); 'logprob': mean gold log-prob of the first k answer tokens (a proxy); "
         "'accuracy': greedy decoding judged by the task's rule.",
     )
     k: int | None = _f(

@@ -514,8 +514,13 @@ def test_study_with_other_settings(tmp_path, model_dir):
         run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1))
     with pytest.raises(SearchError, match="space.s_max"):
         run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, s_max=1.7))
-    # another study name in the same storage is fine
-    run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1, study="other"))
+    # another study name in the same storage is fine, with its own --out (it would replace the first one's outputs)
+    with pytest.raises(SearchError, match="replaces only its own outputs"):
+        run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1, study="other"))
+    shared = f"sqlite:///{tmp_path / 'study.db'}"
+    run_search(
+        small(tmp_path / "o", model_dir, trials=1, holdout_records=1, data_seed=1, study="other", storage=shared)
+    )
 
 
 def test_open_storage_retries_only_the_schema_race(tmp_path, monkeypatch):
