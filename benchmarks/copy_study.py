@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rope_adapter.cli.search import add_parser, settings_from_args
+from rope_adapter.cli.search import settings_from_argv
 from rope_adapter.search import copy_trials
 from rope_adapter.search.storage import TRIAL_ATTR
 from rope_adapter.search.worker import make_worker
@@ -31,9 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", required=True, help="storage URL of the study to copy from")
     p.add_argument("--source-study", default="lrs-search")
     args = p.parse_args(argv[:split])
-    search = argparse.ArgumentParser()
-    add_parser(search.add_subparsers())
-    settings = settings_from_args(search.parse_args(["search", *argv[split + 1 :]]))
+    settings = settings_from_argv(argv[split + 1 :])
     summary = copy_trials(settings, args.source, args.source_study)
     print(f"copied {summary['copied']} trials; skipped {summary['skipped']}; enqueued {summary['enqueued']}")
 

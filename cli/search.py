@@ -191,6 +191,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return SearchSettings(**values)
 
 
+def settings_from_argv(argv: list[str]) -> Any:
+    """The :class:`SearchSettings` of ``rope-adapter search`` flags (for scripts that take a search's command line)."""
+    parser = argparse.ArgumentParser(prog="rope-adapter")
+    add_parser(parser.add_subparsers())
+    return settings_from_args(parser.parse_args(["search", *argv]))
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         result = run_search(settings_from_args(args))

@@ -1,0 +1,129 @@
+"""Which sampler (and which score) should a search use by default? The same budget in forward passes per arm.
+
+Each arm is ``SAMPLER:SCORE`` (e.g. ``gp:answer``) and runs `rope_adapter.search.run_search` once per seed with
+the same task, records and budget (``--max-records`` scored search records per study, racing on), only the
+sampler, its seed and the score differing. Each run's own held-out step scores the base, the best uniform factor
+and the found curve on the same held-out records (teacher-forced accuracy, paired by record, t intervals), so
+every arm is judged on records no search saw, in the benchmark's metric.
+
+Resumable: a finished run (its ``search_report.json`` has a held-out section) is read back, not run again.
+Writes ``<out>.json`` and ``<out>.md``.
+
+    .venv/bin/python benchmarks/samplers.py --arms nsga2:answer gp:answer tpe:answer --seeds 0 1 2 \\
+        --out benchmarks/results/samplers_smollm2_10pairs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from machine_info import environment
+from racing import _interval, summarise
+
+from rope_adapter.scoring.numbers import fmt
+from rope_adapter.search import SearchSettings, run_search
+
+
+def run_arm(base: SearchSettings, arm: str, seed: int, out: Path) -> dict:
+    sampler, score = arm.split(":")
+    folder = out / f"{sampler}-{score}-seed{seed}"
+    report_path = folder / "search_report.json"
+    if report_path.is_file():
+        report = json.loads(report_path.read_text())
+        if report.get("holdout"):
+            return {**summarise(report, str(folder), (report.get("chosen") or {}).get("number")), "seconds": None}
+    settings = SearchSettings(**{**base.__dict__, "sampler": sampler, "score": score, "seed": seed, "out": str(folder)})
+    start = time.perf_counter()
+    result = run_search(settings)
+    summary = summarise(result.report, str(result.out_dir), result.chosen_trial)
+    return {**summary, "seconds": time.perf_counter() - start}
+
+
+def found_minus(arm_run: dict, other: str) -> dict | None:
+    report = json.loads((Path(arm_run["out"]) / "search_report.json").read_text())
+    return ((report.get("holdout") or {}).get("differences", {}).get(f"found-{other}") or {}).get("tf_accuracy")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--num-positions", type=int, default=5)
+    parser.add_argument("--search-records", type=int, default=20)
+    parser.add_argument("--holdout-records", type=int, default=40)
+    parser.add_argument("--max-records", type=int, default=300, help="search records scored per study (budget)")
+    parser.add_argument("--population", type=int, default=8)
+    parser.add_argument("--uniform", type=float, nargs="*", default=[0.9, 1.1])
+    parser.add_argument("--arms", nargs="+", default=["nsga2:answer", "gp:answer", "tpe:answer"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"))
+    args = parser.parse_args()
+    base = SearchSettings(
+        model=args.model,
+        pairs=args.pairs,
+        num_positions=args.num_positions,
+        search_records=args.search_records,
+        holdout_records=args.holdout_records,
+        trials=None,
+        timeout=24 * 3600.0,
+        max_records=args.max_records,
+        population=args.population,
+        uniform=tuple(args.uniform),
+        threads=args.threads,
+        progress=False,
+    )
+    runs = {arm: {seed: run_arm(base, arm, seed, args.out) for seed in args.seeds} for arm in args.arms}
+    results = {
+        "model": args.model,
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "runs": {arm: {str(s): r for s, r in by_seed.items()} for arm, by_seed in runs.items()},
+        "environment": environment(),
+    }
+    write(results, runs, args)
+
+
+def write(results: dict, runs: dict, args: argparse.Namespace) -> None:
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# Samplers and scores at the same budget: {args.model}, {args.pairs} pairs",
+        "",
+        f"{args.search_records} search records x {args.num_positions} positions, budget {args.max_records} scored search records per "
+        f"study (racing on), population {args.population} (NSGA-II), uniform baselines {args.uniform}; seeds "
+        f"{' '.join(map(str, args.seeds))}. Held-out: the same {args.holdout_records} other records for every run; "
+        "teacher-forced accuracy (mean over gold positions), paired by record, 95 % t intervals.",
+        "",
+        "| arm | seed | trials | scored records | held-out: found | base | best uniform | found - base | "
+        "found - best uniform |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    means = {}
+    for arm, by_seed in runs.items():
+        found_values = []
+        for seed, r in by_seed.items():
+            hold = r["holdout"]
+            found_values.append((hold.get("found") or {}).get("tf_accuracy"))
+            lines.append(
+                f"| {arm} | {seed} | {r['trials']} | {r['racing']['records_scored']} | "
+                f"{fmt((hold.get('found') or {}).get('tf_accuracy'))} | {fmt((hold.get('base') or {}).get('tf_accuracy'))} "
+                f"| {fmt((hold.get('best_uniform') or {}).get('tf_accuracy'))} | {_interval(found_minus(r, 'base'))} | "
+                f"{_interval(found_minus(r, 'best_uniform'))} |"
+            )
+        vals = [v for v in found_values if v is not None]
+        means[arm] = float(np.mean(vals)) if vals else None
+    lines += ["", "Mean held-out teacher-forced accuracy of the found curve over seeds:", ""]
+    for arm, m in sorted(means.items(), key=lambda kv: -(kv[1] or -1)):
+        lines.append(f"- {arm}: {fmt(m)}")
+    results["mean_found_tf_accuracy"] = means
+    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

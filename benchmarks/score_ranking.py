@@ -1,0 +1,155 @@
+"""Which search score ranks a study's trials closest to their held-out accuracy (issue 17, item 2)?
+
+For up to ``--trials`` scored trials of an existing study (spread over its range of search-set means), the current
+code re-scores each trial's factors on the study's search records and on its held-out records, in one
+teacher-forced pass each, and computes from the same pass every candidate score on the search records:
+
+- ``answer``: teacher-forced accuracy + 0.01 x answer log-prob (the search's default);
+- ``tf_accuracy``: teacher-forced accuracy alone (0/1 per sample);
+- ``soft@T``: sigmoid(smallest answer-token logit margin / T), T in ``--temperatures``;
+- ``margin@C``: the smallest margin clipped to [-C, C];
+- ``logprob``: mean answer log-prob.
+
+Each candidate is averaged over gold positions (the search's "mean" objective) and ranked against the held-out
+teacher-forced accuracy (mean over positions) with Spearman's rho and Kendall's tau over trials, with a bootstrap
+interval over trials. Writes ``score_ranking.json`` and ``score_ranking.md`` in ``--out``.
+
+    .venv/bin/python benchmarks/score_ranking.py --storage sqlite:///benchmarks/results/search_smollm2_10pairs/study.db \\
+        --trials 24 --out benchmarks/results/score_ranking_smollm2_10pairs -- <the study's search flags>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from scipy import stats
+from tqdm.auto import tqdm
+
+from rope_adapter.cli.search import settings_from_argv
+from rope_adapter.scoring.shared_prefix import position_means
+from rope_adapter.search.objective import answer_score, soft_score
+from rope_adapter.search.storage import TRIAL_ATTR
+from rope_adapter.search.worker import make_worker
+
+
+def pick_trials(study: optuna.Study, count: int) -> list[Any]:
+    """Up to ``count`` distinct scored trials, spread evenly over the sorted search-set means (baselines kept)."""
+    seen, scored = set(), []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        info = t.user_attrs.get(TRIAL_ATTR) or {}
+        if not info.get("evaluated") or info.get("duplicate_of") is not None or info.get("factors") is None:
+            continue
+        key = tuple(round(f, 6) for f in info["factors"])
+        if key not in seen:
+            seen.add(key)
+            scored.append(t)
+    scored.sort(key=lambda t: t.values[0])
+    if len(scored) <= count:
+        return scored
+    return [scored[int(round(i))] for i in np.linspace(0, len(scored) - 1, count)]
+
+
+def candidates(lp: Any, positions: np.ndarray, temperatures: list[float], clips: list[float]) -> dict[str, float]:
+    """Every candidate score's mean over gold positions, from one TokenLogprobs."""
+    exact = lp.exact().astype(np.float64)
+    logprob = lp.mean(None)
+    margin = lp.min_margin()
+    per_sample = {"answer": answer_score(exact, logprob), "tf_accuracy": exact, "logprob": logprob}
+    for t in temperatures:
+        per_sample[f"soft@{t:g}"] = soft_score(margin, t)
+    for c in clips:
+        per_sample[f"margin@{c:g}"] = np.clip(margin, -c, c)
+    return {k: float(np.mean(list(position_means(positions, v).values()))) for k, v in per_sample.items()}
+
+
+def rank_agreement(x: np.ndarray, y: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
+    """Spearman's rho and Kendall's tau of x against y, with a percentile bootstrap interval over trials."""
+    rho = float(stats.spearmanr(x, y).statistic)
+    tau = float(stats.kendalltau(x, y).statistic)
+    rng = np.random.default_rng(seed)
+    boot = []
+    for _ in range(resamples):
+        idx = rng.integers(0, len(x), len(x))
+        if len(set(x[idx])) > 1 and len(set(y[idx])) > 1:
+            boot.append(stats.spearmanr(x[idx], y[idx]).statistic)
+    low, high = np.percentile(boot, [2.5, 97.5]) if boot else (float("nan"), float("nan"))
+    return {"spearman": rho, "spearman_ci": [float(low), float(high)], "kendall": tau}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--storage", required=True, help="storage URL of the study")
+    p.add_argument("--study", default="lrs-search")
+    p.add_argument("--trials", type=int, default=24)
+    p.add_argument("--temperatures", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 4.0])
+    p.add_argument("--clips", type=float, nargs="+", default=[1.0, 3.0])
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv[:split])
+    settings = settings_from_argv(argv[split + 1 :])
+    study = optuna.load_study(study_name=args.study, storage=args.storage)
+    trials = pick_trials(study, args.trials)
+    worker = make_worker(settings, 0, with_holdout=True)
+    search_pos, held_pos = worker.search.positions, worker.holdout.positions
+    rows = []
+    start = time.perf_counter()
+    for t in tqdm(trials, desc="trials", file=sys.stderr):
+        factors = t.user_attrs[TRIAL_ATTR]["factors"]
+        search = worker.evaluator.score(factors, worker.search, keep_logprobs=True).logprobs
+        held = worker.evaluator.score(factors, worker.holdout, keep_logprobs=True).logprobs
+        held_acc = position_means(held_pos, held.exact().astype(np.float64))
+        rows.append(
+            {
+                "trial": t.number,
+                "baseline": t.user_attrs.get("baseline"),
+                "raced_out": bool(t.user_attrs.get(TRIAL_ATTR, {}).get("raced_out")),
+                "stored_search_mean": t.values[0],
+                "search": candidates(search, search_pos, args.temperatures, args.clips),
+                "holdout_tf_accuracy": float(np.mean(list(held_acc.values()))),
+                "holdout_tf_accuracy_by_position": {str(k): v for k, v in held_acc.items()},
+            }
+        )
+    target = np.array([r["holdout_tf_accuracy"] for r in rows])
+    names = list(rows[0]["search"])
+    agreement = {n: rank_agreement(np.array([r["search"][n] for r in rows]), target) for n in names}
+    data = {
+        "study": {"storage": args.storage.rsplit("/", 1)[-1], "name": args.study, "trials_scored": len(rows)},
+        "settings": {"model": settings.model, "pairs": settings.pairs, "search_records": settings.search_records},
+        "holdout_records": len(set(s.record_id for s in worker.holdout.samples)),
+        "seconds": time.perf_counter() - start,
+        "agreement": agreement,
+        "trials": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "score_ranking.json").write_text(json.dumps(data, indent=1) + "\n")
+    best = max(agreement, key=lambda n: agreement[n]["spearman"])
+    lines = [
+        f"# Which search score ranks trials like their held-out accuracy: {settings.model}, {settings.pairs} pairs",
+        "",
+        f"{len(rows)} distinct scored trials of study `{args.study}`, spread over its search-set means; each re-scored "
+        f"on the {settings.search_records} search records and the {data['holdout_records']} held-out records "
+        f"({data['seconds']:.0f} s). Target: held-out teacher-forced accuracy, mean over gold positions (range "
+        f"{target.min():.3f} - {target.max():.3f}). Command: `benchmarks/score_ranking.py` (docstring).",
+        "",
+        "| search score | Spearman rho [95 % bootstrap over trials] | Kendall tau |",
+        "|---|---|---|",
+    ]
+    for n, a in sorted(agreement.items(), key=lambda kv: -kv[1]["spearman"]):
+        lo, hi = a["spearman_ci"]
+        lines.append(f"| {n} | {a['spearman']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {a['kendall']:+.3f} |")
+    lines += ["", f"Highest rank agreement: **{best}**."]
+    (args.out / "score_ranking.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
