@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -16,8 +17,12 @@ from rope_adapter.writable import blank_path_reason
 SUBCOMMANDS = ["info", "demo", "search", "export", "card", "push", "eval", "analyze"]
 
 
-class CliError(Exception):
+class CliError(LrsError):
     """An error the CLI reports as one line, without a traceback."""
+
+
+class CliInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, with the line the CLI prints for it (exit status 130)."""
 
 
 def output_path(text: str) -> Path:
@@ -70,12 +75,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rope-adapter: error: {MISSING_IMPORT_HINT}", file=sys.stderr)
             return 2
         raise
-    except (LrsError, CliError, FileNotFoundError) as exc:
+    except (LrsError, FileNotFoundError) as exc:  # every project error derives from LrsError
         print(f"rope-adapter: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("rope-adapter: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        detail = str(exc) if isinstance(exc, CliInterrupted) else "interrupted"
+        print(f"rope-adapter: {detail}", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `rope-adapter info X | head -1`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -16,11 +16,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from rope_adapter.cli import CliError, output_path
+from rope_adapter.cli import output_path
 from rope_adapter.cli.eval import add_model_arguments, add_task_arguments
 from rope_adapter.evaluate.analyze import AnalyzeSettings, run_analysis
-from rope_adapter.scoring.loading import EvalError
-from rope_adapter.scoring.variants import VariantError
 
 
 def _float_list(text: str) -> list[float]:
@@ -77,9 +75,6 @@ def settings_from_args(args: argparse.Namespace) -> AnalyzeSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        paths = run_analysis(settings_from_args(args))
-    except (EvalError, VariantError) as exc:
-        raise CliError(str(exc)) from None
+    paths = run_analysis(settings_from_args(args))
     print(f"wrote {paths['markdown']}")
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from rope_adapter.cli import CliError, output_path
-from rope_adapter.export.card import CardError, build_card
+from rope_adapter.export.card import build_card
 from rope_adapter.writable import write_text_atomic
 
 
@@ -30,10 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        card = build_card(args.folder, repo_id=args.repo)
-    except CardError as exc:
-        raise CliError(str(exc)) from None
+    card = build_card(args.folder, repo_id=args.repo)
     text = str(card)
     if args.out is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

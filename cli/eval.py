@@ -17,10 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.cli import CliError, IntListAction, output_path
-from rope_adapter.evaluate.run import DEFAULT_MODEL, EvalError, EvalSettings, run_eval
+from rope_adapter.cli import IntListAction, output_path
+from rope_adapter.evaluate.run import DEFAULT_MODEL, EvalSettings, run_eval
 from rope_adapter.scoring.tasks import canonical_task_name
-from rope_adapter.scoring.variants import VariantError
 
 
 def _task_name(text: str) -> str:
@@ -185,10 +184,7 @@ def settings_from_args(args: argparse.Namespace) -> EvalSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        result = run_eval(settings_from_args(args))
-    except (EvalError, VariantError) as exc:
-        raise CliError(str(exc)) from None
+    result = run_eval(settings_from_args(args))
     print_summary(result.to_dict())
     print("wrote " + ", ".join(str(p) for p in result.paths.values()))
     return 0

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from rope_adapter.cli import CliError
-from rope_adapter.export.card import CardError, read_folder
-from rope_adapter.export.hub import HubPublishError, push_folder
+from rope_adapter.export.card import read_folder
+from rope_adapter.export.hub import push_folder
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,10 +29,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        info = read_folder(args.folder)
-    except CardError as exc:
-        raise CliError(str(exc)) from None
+    info = read_folder(args.folder)
     print(
         f"{'would upload' if args.dry_run else 'uploading'} to {args.repo}: README.md (generated), "
         + ", ".join(f for f in info.files if f != "README.md")
@@ -42,11 +38,6 @@ def run(args: argparse.Namespace) -> int:
         print("left out: " + "; ".join(info.left_out))
     if args.dry_run:
         return 0
-    try:
-        url = push_folder(
-            args.folder, args.repo, private=args.private, revision=args.revision, commit_message=args.message
-        )
-    except HubPublishError as exc:
-        raise CliError(str(exc)) from None
+    url = push_folder(args.folder, args.repo, private=args.private, revision=args.revision, commit_message=args.message)
     print(f"pushed {args.folder} to {args.repo}: {url}")  # push_folder joins a relative commit URL to the endpoint
     return 0

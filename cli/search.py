@@ -7,12 +7,16 @@ command line and the Python API (``run_search(SearchSettings(...))``) cannot dri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
-from rope_adapter.cli import CliError, IntListAction, output_path
-from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.cli import CliInterrupted, IntListAction, output_path
+from rope_adapter.export.staging import sigterm_as_interrupt
+from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.objective import SCORE_KINDS
 from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.study import settings_default, settings_help
@@ -198,11 +202,43 @@ def settings_from_argv(argv: list[str]) -> Any:
     return settings_from_args(parser.parse_args(["search", *argv]))
 
 
-def run(args: argparse.Namespace) -> int:
+class _InterruptLogFilter(logging.Filter):
+    """Drops Optuna's report of a trial stopped by Ctrl-C or SIGTERM (a traceback of 60 lines, then "failed with
+    value None"): the CLI says "interrupted" in one line, and the trial is recorded as FAIL (it is rerun on resume)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, KeyboardInterrupt) or "KeyboardInterrupt" in record.getMessage():
+            self.interrupted = True
+            return False
+        return not (self.interrupted and "failed with value None" in record.getMessage())
+
+
+@contextlib.contextmanager
+def _interrupts_in_one_line() -> Iterator[None]:
+    """SIGTERM (``timeout``, job schedulers) is handled like Ctrl-C, and neither prints Optuna's traceback."""
+    log_filter = _InterruptLogFilter()
+    logger = logging.getLogger("optuna.study._optimize")  # where Optuna reports a failed trial
+    logger.addFilter(log_filter)
     try:
+        with sigterm_as_interrupt():
+            yield
+    except KeyboardInterrupt:
+        raise CliInterrupted(
+            "interrupted: the study keeps its finished trials (the one running is recorded as failed and run "
+            "again); run the same command to resume"
+        ) from None
+    finally:
+        logger.removeFilter(log_filter)
+
+
+def run(args: argparse.Namespace) -> int:
+    with _interrupts_in_one_line():
         result = run_search(settings_from_args(args))
-    except SearchError as exc:
-        raise CliError(str(exc)) from None
     report = result.report
     holdout = report.get("holdout") or {}
     summary = {

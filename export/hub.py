@@ -27,6 +27,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
+from rope_adapter.errors import LrsError
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME
 
 from .bake import SIDECAR_NAME
@@ -46,7 +47,7 @@ PUBLIC_JSON_FILES = frozenset(
 """Files whose local paths (base model folder, study storage, eval command line) are replaced when published."""
 
 
-class HubPublishError(RuntimeError):
+class HubPublishError(LrsError, RuntimeError):
     """Publishing failed; the message says why in one line and never contains the token."""
 
 

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, BinaryIO
 import torch
 
 from .embedded_models import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2, EmbeddedModel, WheelPart, find_embedded
+from .errors import LrsError
 from .hub_cache import hub_copy_cached, hub_offline
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ _TMP_PREFIX = ".tmp-"
 _CHUNK = 1 << 20
 
 
-class EmbeddedModelError(RuntimeError):
+class EmbeddedModelError(LrsError, RuntimeError):
     """An embedded model could not be fetched, checked or converted. The message says how to fix it."""
 
 

@@ -9,8 +9,10 @@ from typing import Any
 
 import torch
 
+from rope_adapter.errors import LrsError
 
-class EvalError(ValueError):
+
+class EvalError(LrsError):
     """Bad evaluation input (task options, sample counts, data, positions); raised before the model loads."""
 
 

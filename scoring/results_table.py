@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.errors import LrsError
 from rope_adapter.writable import write_text_atomic
 
 from .intervals import CONFIDENCE, difference_from_se, proportion_interval
@@ -56,7 +57,7 @@ PROPORTIONS = ("accuracy", "tf_accuracy")
 HOLDOUT_LABELS = {"base": "base (all factors 1)", "best_uniform": "best uniform", "found": "found"}
 
 
-class ResultsTableError(ValueError):
+class ResultsTableError(LrsError):
     """A file that is not a results table of this schema, or a writer output without position results."""
 
 

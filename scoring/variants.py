@@ -42,6 +42,7 @@ from peft import get_peft_model
 from torch import nn
 
 from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, read_adapter_factors
+from rope_adapter.errors import LrsError
 from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
@@ -55,7 +56,7 @@ VARIANT_HELP = (
 )
 
 
-class VariantError(ValueError):
+class VariantError(LrsError):
     """A variant spec that cannot be parsed or cannot be applied to the model."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.errors import LrsError
 from rope_adapter.scoring.tasks import available_tasks, canonical_task_name
 from rope_adapter.writable import blank_path_reason
 
@@ -29,7 +30,7 @@ DEFAULT_UNIFORM = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2.0)
 """Uniform factors enqueued as baselines (those inside ``[s_min, s_max]``) unless ``uniform`` is given."""
 
 
-class SearchError(ValueError):
+class SearchError(LrsError):
     """Bad search input, reported before any heavy work: the message says what was wrong and what to do."""
 
 

@@ -114,7 +114,8 @@ def load_trials(settings: SearchSettings):
     except Exception as exc:  # noqa: BLE001 - the schema may be half-created while the search process starts
         # the search process creates the schema meanwhile: tables missing, locked, or both processes inserting
         # the schema's version row (Optuna's RDBStorage writes it even with skip_table_creation)
-        if any(m in str(exc) for m in ("no such table", "database is locked", "UNIQUE constraint failed")):
+        text = f"{exc} {exc.__cause__ or ''} {exc.__context__ or ''}"
+        if any(m in text for m in ("no such table", "database is locked", "UNIQUE constraint failed")):
             return []
         raise
 

@@ -1,0 +1,31 @@
+"""One error root: every exception class the project defines derives from LrsError (interrupts aside), so the
+CLI reports all of them with one ``except``."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import rope_adapter
+from rope_adapter.errors import LrsError
+
+
+def test_every_project_error_derives_from_lrs_error():
+    found = {}
+    rooms = ["rope_adapter"] + [f"rope_adapter.{r}" for r in ("search", "export", "scoring", "evaluate", "cli")]
+    names = set(rooms)
+    for room in rooms:  # each room on its own: in an editable install the mapped folders are not under __path__
+        package = importlib.import_module(room)
+        names |= {i.name for i in pkgutil.walk_packages(package.__path__, f"{room}.")}
+    for name in sorted(names):
+        if name.endswith("__main__"):
+            continue
+        module = importlib.import_module(name)
+        for attr, obj in vars(module).items():
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__.startswith("rope_adapter"):
+                found[f"{obj.__module__}.{attr}"] = obj
+    assert len(found) >= 10, sorted(found)
+    interrupts = {k for k, v in found.items() if issubclass(v, KeyboardInterrupt)}
+    outside = sorted(k for k, v in found.items() if k not in interrupts and not issubclass(v, LrsError))
+    assert not outside, outside
