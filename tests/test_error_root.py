@@ -7,7 +7,6 @@ import importlib
 import inspect
 import pkgutil
 
-import rope_adapter
 from rope_adapter.errors import LrsError
 
 
