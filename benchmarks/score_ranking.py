@@ -33,7 +33,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from rope_adapter.cli.search import settings_from_argv
-from rope_adapter.scoring.shared_prefix import position_means
+from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.search.objective import answer_score, soft_score
 from rope_adapter.search.storage import TRIAL_ATTR
 from rope_adapter.search.worker import make_worker

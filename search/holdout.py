@@ -17,8 +17,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .worker import Worker
 
+from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import describe_difference, paired_difference
-from rope_adapter.scoring.shared_prefix import position_means
 
 from .k_selection import select_k
 from .objective import answer_score

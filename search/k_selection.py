@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rope_adapter.scoring.shared_prefix import TokenLogprobs
+from rope_adapter.scoring.logprobs import TokenLogprobs
 
 
 @dataclass

@@ -47,7 +47,8 @@ import torch
 
 import rope_adapter
 from rope_adapter.scoring.generation import greedy_accuracy
-from rope_adapter.scoring.shared_prefix import TokenizedTask, TokenLogprobs, position_means, token_logprobs
+from rope_adapter.scoring.logprobs import TokenLogprobs, position_means
+from rope_adapter.scoring.shared_prefix import TokenizedTask, token_logprobs
 
 from .bezier import BezierSpace, factors_from_control_points
 

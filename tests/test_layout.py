@@ -6,22 +6,26 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = {
+ROOMS = {  # folder (relative to the repo root) -> the package it is installed as
     "rope_adapter": "rope_adapter",
-    "scoring": "rope_adapter.scoring",
+    "rope_adapter/scoring": "rope_adapter.scoring",
     "search": "rope_adapter.search",
-    "evaluate": "rope_adapter.evaluate",
+    "rope_adapter/evaluate": "rope_adapter.evaluate",
     "export": "rope_adapter.export",
-    "cli": "rope_adapter.cli",
+    "rope_adapter/cli": "rope_adapter.cli",
 }
+MAPPED = {"search": "rope_adapter.search", "export": "rope_adapter.export", "model_cards": "rope_adapter.model_cards"}
+"""The only folders not at their import path: the design card puts them at the top (pyproject's package-dir)."""
 
 
 def _modules() -> dict[str, Path]:
     found = {}
     for folder, package in ROOMS.items():
         for path in sorted((ROOT / folder).rglob("*.py")):
-            rel = path.relative_to(ROOT / folder).with_suffix("")
-            parts = [p for p in rel.parts if p != "__init__"]
+            rel = path.relative_to(ROOT).as_posix()
+            if max((f for f in ROOMS if rel.startswith(f + "/")), key=len) != folder:
+                continue  # a room inside this folder: listed under its own folder
+            parts = [p for p in path.relative_to(ROOT / folder).with_suffix("").parts if p != "__init__"]
             found[".".join([package, *parts]) if parts else package] = path
     return found
 
@@ -130,3 +134,31 @@ def test_the_core_knows_nothing_of_optuna_or_the_hub():
         if node_name.split(".")[0] in third
     )
     assert not found, f"the core imports {found}"
+
+
+def test_a_folder_is_its_import_path():
+    """Every package folder at the top is rope_adapter itself or a folder the design card maps (search, export,
+    model_cards); pyproject maps exactly those."""
+    import tomllib
+
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    assert tops <= {"rope_adapter", *MAPPED}, tops
+    mapped = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert {v: k for k, v in mapped.items() if k != "rope_adapter"} == MAPPED
+
+
+def test_no_top_level_folder_shadows_another_distribution():
+    """Python started in the repo root (as lm-evaluation-harness is) must not import the project's folders as
+    Hugging Face's ``evaluate`` or any other top-level package."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib.util, sys; "
+        "names = ['evaluate', 'scoring', 'cli', 'search', 'export', 'model_cards']; "
+        "print([n for n in names if (s := importlib.util.find_spec(n)) and s.origin and "
+        "s.origin.startswith(sys.argv[1])])"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=ROOT, capture_output=True, text=True, check=True)
+    shadowing = eval(out.stdout)  # noqa: S307 - our own printed list
+    assert shadowing == [] or set(shadowing) <= {"search", "export", "model_cards"}, shadowing

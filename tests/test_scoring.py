@@ -12,7 +12,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from rope_adapter.scoring.generation import GreedyResult, greedy_accuracy, greedy_generate
-from rope_adapter.scoring.shared_prefix import TokenLogprobs, gold_logprob, mean_by_position, prepare, token_logprobs
+from rope_adapter.scoring.logprobs import TokenLogprobs, mean_by_position
+from rope_adapter.scoring.shared_prefix import gold_logprob, prepare, token_logprobs
 from rope_adapter.scoring.tasks import KVRetrievalTask, PasskeyTask, PerplexityTask, Sample, apply_chat_template
 from rope_adapter.search.k_selection import select_k
 

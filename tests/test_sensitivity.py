@@ -1,4 +1,4 @@
-"""Per-layer sensitivity d score / d log s_l (evaluate/sensitivity.py) against finite differences of the real score."""
+"""Per-layer sensitivity d score / d log s_l (rope_adapter/evaluate/sensitivity.py) against finite differences of the real score."""
 
 from __future__ import annotations
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .logprobs import mean_by_position
 from .shared_prefix import (
     TokenizedTask,
     _cache_of,
@@ -25,7 +26,6 @@ from .shared_prefix import (
     _has_sliding_layers,
     _prefix_pass,
     _PrefixState,
-    mean_by_position,
 )
 from .tasks.base import Sample
 
