@@ -20,6 +20,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.scoring.results_table import PROPORTIONS, RESULTS_TABLE_NAME, MetricTable, ResultsTable
+from rope_adapter.scoring.tasks import display_name
 
 from .card_data import (
     CardError,
@@ -49,7 +50,6 @@ KNOWN_LICENSES = {
     "mistralai/Mistral-7B-Instruct-v0.3": "apache-2.0",
     "microsoft/Phi-3-mini-4k-instruct": "mit",
 }
-TASK_NAMES = {"kv_retrieval": "KV retrieval", "passkey": "passkey retrieval", "mdqa": "multi-document QA"}
 METHODS = {
     "bezier-nsga2": "Bézier curve of the layer index, searched with NSGA-II (Optuna)",
     "bezier-gp": "Bézier curve of the layer index, searched with a constrained Gaussian-process sampler (Optuna)",
@@ -114,7 +114,7 @@ def _diff(diff: Any, digits: int) -> str:
 
 
 def _dataset(table: ResultsTable) -> str:
-    name = TASK_NAMES.get(table.task, table.task)
+    name = display_name(table.task)
     pairs = table.task_options.get("pairs") or table.task_options.get("num_pairs")
     docs = table.task_options.get("num_docs")
     detail = f", {pairs} pairs" if pairs else (f", {docs} documents" if docs else "")
@@ -239,7 +239,7 @@ def _provenance_lines(provenance: dict[str, Any], with_holdout: bool = True) -> 
     task = provenance.get("task") if isinstance(provenance.get("task"), dict) else {}
     if task:
         name = task.get("name")
-        parts = [TASK_NAMES.get(name, str(name)) if name else ""]
+        parts = [display_name(str(name)) if name else ""]
         if task.get("pairs"):
             parts.append(f"{task['pairs']} key-value pairs")
         if task.get("positions"):

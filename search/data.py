@@ -7,7 +7,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.scoring.tasks import Task, get_task, split_records
+from rope_adapter.scoring.tasks import Task, TaskError, build, get_task, split_records
 
 from .settings import SearchError, SearchSettings
 
@@ -59,11 +59,11 @@ def build_task(settings: SearchSettings, num_records: int | None = None) -> Task
         raise SearchError(f"task {settings.task!r} has no option(s) {unknown}; its fields are {sorted(names)}")
     kwargs.update(settings.task_options)
     try:
-        return cls(**kwargs)
+        return build(settings.task_name, **kwargs)
     except FileNotFoundError as exc:
         raise SearchError(f"{exc}; check --data") from None
-    except (TypeError, ValueError) as exc:
-        raise SearchError(f"task {settings.task!r}: {exc}") from None
+    except TaskError as exc:
+        raise SearchError(f"task {settings.task!r}: {str(exc).removeprefix(f'task {cls.name!r}: ')}") from None
 
 
 def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:

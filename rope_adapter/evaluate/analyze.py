@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter.scoring.loading import EvalError
+from rope_adapter.scoring.tasks import position_tasks
 from rope_adapter.scoring.variants import Variant, build_variant, check_variants, parse_variant
 from rope_adapter.writable import write_text_atomic
 
@@ -67,8 +68,8 @@ class AnalyzeSettings(SampleSettings):
             raise EvalError(f"--max-distance must be >= 1, got {self.max_distance}")
         if self.skip_first < 0:
             raise EvalError(f"--skip-first must be >= 0, got {self.skip_first}")
-        if set(PROMPT_PARTS) & set(self.parts) and self.task not in ev.POSITION_TASKS:
-            raise EvalError(f"attention shares and sensitivity need prompts: --task {', '.join(ev.POSITION_TASKS)}")
+        if set(PROMPT_PARTS) & set(self.parts) and self.task not in position_tasks():
+            raise EvalError(f"attention shares and sensitivity need prompts: --task {', '.join(position_tasks())}")
 
     @property
     def parts(self) -> list[str]:

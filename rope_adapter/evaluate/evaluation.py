@@ -24,7 +24,6 @@ the samples, and a difference whose interval includes 0 is reported as "within n
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -50,37 +49,29 @@ from rope_adapter.scoring.loading import resolve_device as resolve_device
 from rope_adapter.scoring.loading import resolve_dtype as resolve_dtype
 from rope_adapter.scoring.metrics import METRICS as METRICS  # re-exported: the CLI reads evaluation.METRICS
 from rope_adapter.scoring.shared_prefix import TokenizedTask, prepare, token_logprobs
-from rope_adapter.scoring.tasks import Sample, Task, get_task, split_records
+from rope_adapter.scoring.tasks import (
+    Sample,
+    Task,
+    TaskError,
+    build,
+    get_task,
+    position_tasks,
+    split_records,
+    task_options,
+)
 from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
 from .results import SweepResults
 
-POSITION_TASKS = ("kv_retrieval", "passkey", "mdqa")
 # ---------------------------------------------------------------------------------------------------- samples
 
 
-def task_options(name: str) -> list[str]:
-    """The settings (dataclass fields) a registered task accepts."""
-    cls = get_task(name)
-    return [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-
-
 def make_task(name: str, **options: Any) -> Task:
-    """A registered task with only the options it knows (an unknown option is an :class:`EvalError`)."""
+    """A registered task (:func:`rope_adapter.scoring.tasks.build`), its :class:`TaskError` as an :class:`EvalError`."""
     try:
-        cls = get_task(name)
-    except ValueError as exc:
-        raise EvalError(str(exc)) from None
-    known = task_options(name)
-    unknown = sorted(k for k in options if k not in known)
-    if unknown:
-        raise EvalError(f"task {name!r} has no option(s) {unknown}; it takes {', '.join(known)}")
-    try:
-        return cls(**options)
-    except FileNotFoundError:
-        raise
-    except (TypeError, ValueError) as exc:
-        raise EvalError(f"task {name!r}: {exc}") from exc
+        return build(name, **options)
+    except TaskError as exc:
+        raise EvalError(str(exc)) from exc
 
 
 def make_task_samples(
@@ -105,11 +96,11 @@ def make_task_samples(
         raise EvalError(f"the sample count must be >= 1, got {num_samples}")
     if held_out_after < 0:
         raise EvalError(f"held_out_after must be >= 0, got {held_out_after}")
-    if name not in POSITION_TASKS:
-        raise EvalError(f"task {name!r} is not a position sweep; choose one of {', '.join(POSITION_TASKS)}")
+    if name not in position_tasks():
+        raise EvalError(f"task {name!r} is not a position sweep; choose one of {', '.join(position_tasks())}")
     known = task_options(name)
     options = {k: v for k, v in options.items() if v is not None}
-    generated = name == "passkey" or (name == "kv_retrieval" and options.get("data_path") is None)
+    generated = get_task(name).generates_records(options)
     if "num_records" in known:
         options["num_records"] = held_out_after + num_samples if generated else None
     if "seed" in known:

@@ -20,11 +20,11 @@ from typing import Any
 
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.metrics import METRICS
+from rope_adapter.scoring.tasks import position_tasks
 from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from . import evaluation as ev
-from .evaluation import POSITION_TASKS
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 CHAT_CHOICES = ("auto", "on", "off")
@@ -124,7 +124,7 @@ class EvalSettings(SampleSettings):
         unknown = [s for s in self.score_names if s not in METRICS]
         if unknown or not self.score_names:
             raise EvalError(f"unknown --scores {unknown or self.scores!r}; choose from {', '.join(METRICS)}")
-        if self.task not in POSITION_TASKS:
+        if self.task not in position_tasks():
             raise EvalError(f"unknown task {self.task!r}; known tasks: {', '.join(available_tasks())}")
 
     @property

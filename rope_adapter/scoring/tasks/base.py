@@ -10,6 +10,7 @@ prefix.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import random
@@ -75,6 +76,15 @@ class Task(ABC):
     generation_slack: ClassVar[int] = 8
     #: whether :meth:`is_correct` is meaningful (perplexity has no greedy answer)
     supports_generation: ClassVar[bool] = True
+    #: whether the task sweeps the gold position (eval's position sweep and the search's fitness)
+    position_sweep: ClassVar[bool] = True
+    #: how cards and reports name the task
+    display_name: ClassVar[str] = ""
+
+    @classmethod
+    def generates_records(cls, options: dict[str, Any]) -> bool:
+        """Whether the task generates its records (from a seed) with these options, rather than reading a file."""
+        return "data_path" not in {f.name for f in dataclasses.fields(cls)} or options.get("data_path") is None
 
     @abstractmethod
     def load_records(self) -> list[Any]:

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .base import Sample, Task, check_positions, evenly_spaced_positions, read_jsonl
 from .registry import register_task
@@ -79,6 +80,8 @@ class KVRetrievalTask(Task):
     Records come from a Lost in the Middle ``kv-retrieval-*.jsonl.gz`` file (``data_path``) or are generated
     from ``seed`` (``num_records`` objects of ``num_pairs`` uuid4 pairs).
     """
+
+    display_name: ClassVar[str] = "KV retrieval"
 
     data_path: str | None = field(
         default=None, metadata={"help": "Lost in the Middle kv-retrieval .jsonl(.gz); None generates records."}

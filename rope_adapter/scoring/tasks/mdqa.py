@@ -31,6 +31,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from .base import Sample, Task, check_positions, evenly_spaced_positions, read_jsonl
 from .registry import register_task
@@ -111,6 +112,8 @@ def _document(ctx: object, where: str) -> Document:
 @dataclass
 class MDQATask(Task):
     """Multi-document QA with the gold document moved through the context."""
+
+    display_name: ClassVar[str] = "multi-document QA"
 
     data_path: str = field(default="", metadata={"help": "nq-open .jsonl(.gz) file (oracle or k-document)."})
     num_records: int | None = field(default=None, metadata={"help": "Records to use (first n); None: all."})

@@ -19,6 +19,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from .base import Sample, Task, check_positions, evenly_spaced_positions
 from .registry import register_task
@@ -56,6 +57,8 @@ def passkey_is_correct(prediction: str, passkey: str) -> bool:
 @dataclass
 class PasskeyTask(Task):
     """Passkey retrieval with generated passkeys."""
+
+    display_name: ClassVar[str] = "passkey retrieval"
 
     num_records: int = field(default=50, metadata={"help": "Number of passkeys."})
     num_filler: int = field(default=40, metadata={"help": "Filler units in the context (~22 tokens each)."})

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .base import Sample, Task
 from .registry import register_task
@@ -74,6 +74,9 @@ def token_windows(text: str, tokenizer: Any, window_tokens: int, stride_tokens: 
 @dataclass
 class PerplexityTask(Task):
     """Windows of a UTF-8 text file, scored by teacher-forced log-likelihood."""
+
+    display_name: ClassVar[str] = "perplexity"
+    position_sweep: ClassVar[bool] = False
 
     data_path: str = field(default="", metadata={"help": "UTF-8 text file."})
     window_chars: int = field(default=2048, metadata={"help": "Window length in characters (no tokenizer)."})

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from rope_adapter.errors import LrsError
 
 from .base import Task
 
 T = TypeVar("T", bound=type[Task])
 
 _TASKS: dict[str, type[Task]] = {}
+
+
+class TaskError(LrsError):
+    """An unknown task, an option the task does not take, or a bad option value; the message says which."""
 
 
 def register_task(name: str) -> Callable[[T], T]:
@@ -41,9 +48,42 @@ def get_task(name: str) -> type[Task]:
     try:
         return _TASKS[canonical_task_name(name)]
     except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(available_tasks())}") from None
+        raise TaskError(f"unknown task {name!r}; known tasks: {', '.join(available_tasks())}") from None
 
 
 def available_tasks() -> list[str]:
     """Sorted names of the registered tasks."""
     return sorted(_TASKS)
+
+
+def position_tasks() -> list[str]:
+    """Sorted names of the tasks that sweep the gold position (``Task.position_sweep``)."""
+    return sorted(name for name, cls in _TASKS.items() if cls.position_sweep)
+
+
+def display_name(name: str) -> str:
+    """How cards and reports name a task (``Task.display_name``; the name itself for an unknown one)."""
+    cls = _TASKS.get(canonical_task_name(name))
+    return (cls.display_name or cls.name) if cls is not None else name
+
+
+def task_options(name: str) -> list[str]:
+    """The settings (dataclass fields) a registered task accepts."""
+    cls = get_task(name)
+    return [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
+
+
+def build(name: str, **options: Any) -> Task:
+    """The one way to make a task: ``build("kv-retrieval", num_pairs=20)``. Options the task does not take and bad
+    values are a :class:`TaskError` naming them (a missing data file stays a ``FileNotFoundError``)."""
+    cls = get_task(name)
+    known = task_options(name)
+    unknown = sorted(k for k in options if k not in known)
+    if unknown:
+        raise TaskError(f"task {cls.name!r} has no option(s) {unknown}; it takes {', '.join(known)}")
+    try:
+        return cls(**options)
+    except FileNotFoundError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise TaskError(f"task {cls.name!r}: {exc}") from exc
