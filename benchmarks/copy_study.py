@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from search_args import parse_with_search_flags
 
-from rope_adapter.cli.search import settings_from_argv
 from rope_adapter.search import copy_trials
 from rope_adapter.search.storage import TRIAL_ATTR
 from rope_adapter.search.worker import make_worker
@@ -26,12 +26,10 @@ from rope_adapter.search.worker import make_worker
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    split = argv.index("--") if "--" in argv else len(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", required=True, help="storage URL of the study to copy from")
     p.add_argument("--source-study", default="lrs-search")
-    args = p.parse_args(argv[:split])
-    settings = settings_from_argv(argv[split + 1 :])
+    args, settings = parse_with_search_flags(p, argv)
     summary = copy_trials(settings, args.source, args.source_study)
     print(f"copied {summary['copied']} trials; skipped {summary['skipped']}; enqueued {summary['enqueued']}")
 

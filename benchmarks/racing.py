@@ -92,6 +92,25 @@ def replay(settings: SearchSettings) -> dict:
     }
 
 
+def budget_settings(args: argparse.Namespace) -> SearchSettings:
+    """The search settings of a benchmark that gives each arm a budget in scored records (``--max-records``)."""
+    return SearchSettings(
+        model=args.model,
+        pairs=args.pairs,
+        num_positions=getattr(args, "num_positions", 5),
+        search_records=args.search_records,
+        holdout_records=args.holdout_records,
+        trials=None,
+        timeout=24 * 3600.0,
+        max_records=args.max_records,
+        population=args.population,
+        uniform=tuple(args.uniform),
+        seed=getattr(args, "seed", 0),
+        threads=args.threads,
+        progress=False,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -108,19 +127,7 @@ def main() -> None:
 
     slug = Path(args.model).name.lower()
     out = args.out or Path(__file__).parent / "results" / f"racing_{slug}"
-    base = SearchSettings(
-        model=args.model,
-        pairs=args.pairs,
-        search_records=args.search_records,
-        holdout_records=args.holdout_records,
-        trials=None,
-        timeout=24 * 3600.0,
-        max_records=args.max_records,
-        population=args.population,
-        uniform=tuple(args.uniform),
-        seed=args.seed,
-        threads=args.threads,
-    )
+    base = budget_settings(args)
     arms = {}
     for name, race in (("racing", (0.2, 0.5)), ("plain", ())):
         settings = replace(base, race=race, out=str(out / name))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from machine_info import environment
-from racing import _interval, summarise
+from racing import _interval, budget_settings, summarise
 
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.search import SearchSettings, run_search
@@ -63,20 +63,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"))
     args = parser.parse_args()
-    base = SearchSettings(
-        model=args.model,
-        pairs=args.pairs,
-        num_positions=args.num_positions,
-        search_records=args.search_records,
-        holdout_records=args.holdout_records,
-        trials=None,
-        timeout=24 * 3600.0,
-        max_records=args.max_records,
-        population=args.population,
-        uniform=tuple(args.uniform),
-        threads=args.threads,
-        progress=False,
-    )
+    base = budget_settings(args)
     runs = {arm: {seed: run_arm(base, arm, seed, args.out) for seed in args.seeds} for arm in args.arms}
     results = {
         "model": args.model,

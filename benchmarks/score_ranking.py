@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import optuna
 from scipy import stats
+from search_args import parse_with_search_flags
 from tqdm.auto import tqdm
 
-from rope_adapter.cli.search import settings_from_argv
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.search.objective import answer_score, soft_score
 from rope_adapter.search.storage import TRIAL_ATTR
@@ -85,7 +85,6 @@ def rank_agreement(x: np.ndarray, y: np.ndarray, seed: int = 0, resamples: int =
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    split = argv.index("--") if "--" in argv else len(argv)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--storage", required=True, help="storage URL of the study")
     p.add_argument("--study", default="lrs-search")
@@ -93,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 4.0])
     p.add_argument("--clips", type=float, nargs="+", default=[1.0, 3.0])
     p.add_argument("--out", type=Path, required=True)
-    args = p.parse_args(argv[:split])
-    settings = settings_from_argv(argv[split + 1 :])
+    args, settings = parse_with_search_flags(p, argv)
     study = optuna.load_study(study_name=args.study, storage=args.storage)
     trials = pick_trials(study, args.trials)
     worker = make_worker(settings, 0, with_holdout=True)

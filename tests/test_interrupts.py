@@ -11,15 +11,11 @@ from pathlib import Path
 
 import pytest
 from test_study import complete, load_trials, small, start_cli
-from tiny_models import byte_tokenizer, tiny_model
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama-interrupts")
-    tiny_model("llama", num_layers=4).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+def model_dir(tiny_llama_dir) -> Path:
+    return tiny_llama_dir
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

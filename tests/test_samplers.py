@@ -15,7 +15,6 @@ import numpy as np
 import optuna
 import pytest
 from test_study import _two_workers, load_trials, small
-from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter.search import SearchError, copy_trials, run_search
 from rope_adapter.search import storage as storage_mod
@@ -26,11 +25,8 @@ NUM_LAYERS = 4
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama-samplers")
-    tiny_model("llama", num_layers=NUM_LAYERS).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+def model_dir(tiny_llama_dir) -> Path:
+    return tiny_llama_dir
 
 
 @pytest.fixture(scope="module")

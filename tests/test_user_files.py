@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from card_folders import make_adapter
 from test_study import small
-from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import writable
 from rope_adapter.cli import main
@@ -23,11 +22,8 @@ from rope_adapter.search import study as study_mod
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tiny-llama-files")
-    tiny_model("llama", num_layers=4).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+def model_dir(tiny_llama_dir) -> Path:
+    return tiny_llama_dir
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
