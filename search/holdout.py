@@ -81,7 +81,7 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
             tf_accuracy[name] = scored.logprobs.exact().astype(np.float64)
             entry["tf_accuracy_by_position"] = position_dict(positions, tf_accuracy[name])
             entry["tf_accuracy"] = float(tf_accuracy[name].mean())
-            if name == "base":
+            if name == "base" and len(np.unique(positions)) > 1:  # k selection compares gold positions
                 selection = select_k(scored.logprobs, max_k=8)
                 out["k_selection"] = {
                     "best_k": selection.k,

@@ -152,3 +152,25 @@ def test_the_demo_keeps_an_existing_export_without_overwrite(tmp_path, model_dir
     assert "pass --overwrite to replace it" in capsys.readouterr().err
     assert (out / "4-exported" / "mine.txt").read_text() == "the user's file\n"
     assert sorted(os.listdir(out)) == ["4-exported"]  # no step ran
+
+
+def test_a_search_at_one_gold_position_finishes_with_its_held_out_step(tmp_path, model_dir):
+    """(was: every trial ran, then a ValueError from the held-out step's k selection)"""
+    result = run_search(small(tmp_path / "one", model_dir, positions=(1,), trials=3))
+    assert result.report["holdout"]["samples_per_position"] == {"1": 2}
+    assert "k_selection" not in result.report["holdout"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--theta", "0"], "--theta (the RoPE base) must be a finite number > 1"),
+        (["--theta", "nan"], "--theta (the RoPE base) must be a finite number > 1"),
+        (["--max-distance", "1000000000"], "--max-distance must be between 1 and 1048576"),
+    ],
+)
+def test_analyze_refuses_values_it_would_replace_or_cannot_hold(tmp_path, capsys, extra, needle):
+    """(was: --theta 0 silently replaced by the model's; --max-distance 1e9 grew to 21 GB)"""
+    rc = main(["analyze", "--what", "decay", "--head-dim", "64", *extra, "--out", str(tmp_path / "a")])
+    assert rc == 2 and needle in capsys.readouterr().err
+    assert not (tmp_path / "a").exists()

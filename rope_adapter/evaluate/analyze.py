@@ -11,6 +11,7 @@ answer's log-prob to that layer's factor, d score / d log s_l, at the base and a
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,11 @@ from .sensitivity_report import sensitivity_section
 
 PARTS = ("decay", "attention", "sensitivity")
 PROMPT_PARTS = ("attention", "sensitivity")  # the parts that run the model on task prompts
+
+
+MAX_DISTANCE = 1 << 20
+"""Largest ``--max-distance``: the decay bound holds a value per distance and channel pair (1M x 32 pairs x 8 bytes
+is about 270 MB per factor)."""
 
 
 @dataclass
@@ -64,8 +70,13 @@ class AnalyzeSettings(SampleSettings):
             )
         if any(not f > 0 for f in self.factors):
             raise EvalError(f"--factors must be > 0, got {self.factors}")
-        if self.max_distance is not None and self.max_distance < 1:
-            raise EvalError(f"--max-distance must be >= 1, got {self.max_distance}")
+        if self.max_distance is not None and not 1 <= self.max_distance <= MAX_DISTANCE:
+            raise EvalError(
+                f"--max-distance must be between 1 and {MAX_DISTANCE} (the decay bound is computed at every "
+                f"distance, in memory), got {self.max_distance}"
+            )
+        if self.theta is not None and not (math.isfinite(self.theta) and self.theta > 1):
+            raise EvalError(f"--theta (the RoPE base) must be a finite number > 1, e.g. 10000, got {self.theta}")
         if self.skip_first < 0:
             raise EvalError(f"--skip-first must be >= 0, got {self.skip_first}")
         if set(PROMPT_PARTS) & set(self.parts) and self.task not in position_tasks():
@@ -150,7 +161,7 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
 def _decay(s: AnalyzeSettings, config: Any, variant: Any, plans: dict, out: Path, paths: dict, log: Any) -> list[str]:
     head_dim, theta = rope_numbers(config) if config is not None else (None, None)
     head_dim = s.head_dim or head_dim
-    theta = s.theta or theta
+    theta = s.theta if s.theta is not None else theta
     text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
     max_distance = s.max_distance or getattr(text, "max_position_embeddings", None) or 256
     factors, labels = [1.0], ["s = 1 (base RoPE)"]
