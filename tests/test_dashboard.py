@@ -6,6 +6,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -24,6 +25,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wait_for_port(server: subprocess.Popen, port: int) -> None:
+    """Until the server accepts a connection (the event itself, not its log line), or has exited."""
+    while server.poll() is None:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("optuna-dashboard exited before it accepted a connection")
+
+
 def _get(port: int, path: str) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as response:  # noqa: S310 - loopback only
         return json.loads(response.read())
@@ -35,12 +47,9 @@ def test_dashboard_shows_the_study_with_named_objectives(tmp_path, model_dir):
     port = _free_port()
     url = f"sqlite:///{Path(settings.out).resolve() / 'study.db'}"
     command = [sys.executable, "-m", "optuna_dashboard._cli", url, "--host", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for line in server.stdout:  # the server says when it listens (or exits and closes its output)
-            if "Listening on" in line:
-                break
-        assert server.poll() is None, "optuna-dashboard exited before listening"
+        _wait_for_port(server, port)  # "Listening on" is printed before the socket accepts (issue 18)
         summaries = _get(port, "/api/studies")["study_summaries"]
         (study,) = [s for s in summaries if s["study_name"] == settings.study]
         assert study["directions"] == ["maximize", "maximize"]
