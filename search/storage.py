@@ -60,8 +60,34 @@ def model_identity(name: str) -> Any:
         return embedded.name
     if path.is_dir():
         config = path / "config.json"
-        return {"folder": path.name, "config": _file_identity(config)["sha256"] if config.is_file() else None}
+        return {
+            "folder": path.name,
+            "config": _file_identity(config)["sha256"] if config.is_file() else None,
+            "weights": weights_fingerprint(path),
+        }
     return name
+
+
+WEIGHT_SAMPLES = 64
+"""Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
+
+
+def weights_fingerprint(folder: Path) -> str | None:
+    """A cheap fingerprint of a model folder's weights: sha256 over each ``*.safetensors`` / ``*.bin`` file's name,
+    size, header and :data:`WEIGHT_SAMPLES` evenly spaced 64 KiB chunks (other weights of the same architecture
+    differ there; reading a few MB instead of gigabytes). None when the folder has no weights file."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}".encode())
+        with open(file, "rb") as handle:
+            for i in range(WEIGHT_SAMPLES + 1):
+                handle.seek(min(size, (size * i) // (WEIGHT_SAMPLES + 1)))
+                digest.update(handle.read(1 << 16))
+    return digest.hexdigest()
 
 
 def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
@@ -231,6 +257,16 @@ def _legacy_space(stored: Any) -> Any:
     return stored
 
 
+def _legacy_weights(stored: Any, current: Any) -> Any:
+    """A study made before model folders were fingerprinted by their weights is checked on folder name and config
+    only (what it recorded)."""
+    for key in ("model", "tokenizer"):
+        old, new = (stored or {}).get(key), (current or {}).get(key)
+        if isinstance(old, dict) and isinstance(new, dict) and "weights" not in old and "weights" in new:
+            stored = {**stored, key: {**old, "weights": new["weights"]}}
+    return stored
+
+
 def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -> bool:
     """True when the study exists (with equal settings); :class:`SearchError` when it exists with others."""
     import optuna
@@ -246,7 +282,7 @@ def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -
             "or interrupted while being created); choose another --study, or delete it with "
             f"`optuna delete-study --study-name {name} --storage URL`"
         )
-    stored = _legacy_space(stored)
+    stored = _legacy_weights(_legacy_space(stored), fingerprint)
     diff = _differences(stored, fingerprint)
     if diff:
         hint = ""
@@ -254,6 +290,11 @@ def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -
             hint = (
                 " (a study made before the first and last control ys were kept within [s_min, s_max] resumes with "
                 "--endpoint-margin)"
+            )
+        if any(d.startswith(("model.weights", "tokenizer.weights")) for d in diff):
+            hint += (
+                " (the model folder has the same name and config but other weights than the study's: its trials "
+                "scored another model)"
             )
         if any(d.startswith("sampler") for d in diff):
             hint += (

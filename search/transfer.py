@@ -21,6 +21,7 @@ from .storage import (
     SETTINGS_ATTR,
     _differences,
     _legacy_space,
+    _legacy_weights,
     _quiet_optuna,
     baseline_params,
     check_writable,
@@ -48,7 +49,7 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
     target_url = settings.storage_url()
     with _quiet_optuna():
         source = optuna.load_study(study_name=source_study, storage=open_storage(source_storage, settings.heartbeat))
-        stored = _legacy_space(source.user_attrs.get(SETTINGS_ATTR))
+        stored = _legacy_weights(_legacy_space(source.user_attrs.get(SETTINGS_ATTR)), fingerprint)
         if stored is None:
             raise SearchError(f"study {source_study!r} holds no rope-adapter search settings: nothing to copy from")
         diff = [d for d in _differences(stored, fingerprint) if not d.startswith(MAY_DIFFER)]

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from card_folders import make_adapter
 from test_study import small
+from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import writable
 from rope_adapter.cli import main
@@ -174,3 +175,25 @@ def test_analyze_refuses_values_it_would_replace_or_cannot_hold(tmp_path, capsys
     rc = main(["analyze", "--what", "decay", "--head-dim", "64", *extra, "--out", str(tmp_path / "a")])
     assert rc == 2 and needle in capsys.readouterr().err
     assert not (tmp_path / "a").exists()
+
+
+def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_path):
+    """Same folder name, same config, other weights: the trials would mix two models (issue 18)."""
+    from rope_adapter.search import storage as storage_mod
+
+    folder = tmp_path / "model"
+    tiny_model("llama", num_layers=4, seed=0).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    settings = small(tmp_path, folder, trials=1, holdout_records=1)
+    first = storage_mod.study_fingerprint(settings, "float32")
+    assert first["model"]["weights"]
+    storage = storage_mod.open_storage(settings.storage_url())
+    storage_mod.create_or_load_study(storage, "lrs-search", ["maximize"], first, settings.space(), [])
+    tiny_model("llama", num_layers=4, seed=1).save_pretrained(folder)  # other weights, same config.json
+    now = storage_mod.study_fingerprint(settings, "float32")
+    assert now["model"]["config"] == first["model"]["config"] and now["model"]["weights"] != first["model"]["weights"]
+    with pytest.raises(SearchError, match=r"model.weights: .*other weights than the study's"):
+        storage_mod.check_existing_study(storage, "lrs-search", now)
+    old = {**first, "model": {k: v for k, v in first["model"].items() if k != "weights"}}
+    storage_mod.create_or_load_study(storage, "legacy", ["maximize"], old, settings.space(), [])
+    assert storage_mod.check_existing_study(storage, "legacy", now)  # made before weights were fingerprinted
