@@ -162,3 +162,18 @@ def test_no_top_level_folder_shadows_another_distribution():
     out = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=ROOT, capture_output=True, text=True, check=True)
     shadowing = eval(out.stdout)  # noqa: S307 - our own printed list
     assert shadowing == [] or set(shadowing) <= {"search", "export", "model_cards"}, shadowing
+
+
+def test_committed_results_hold_no_absolute_local_path():
+    """benchmarks/results is published with the repo: no machine path in its text files (benchmarks/scrub_paths.py
+    rewrites them; SQLite study files aside)."""
+    import re
+
+    absolute = re.compile(r"(?<![\w.~<>-])/(?:work|root|home|tmp|Users|mnt|opt)/")
+    suffixes = {".json", ".md", ".log", ".sh", ".txt"}
+    found = sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "benchmarks" / "results").rglob("*")
+        if p.is_file() and p.suffix in suffixes and absolute.search(p.read_text(encoding="utf-8", errors="replace"))
+    )
+    assert not found, found
