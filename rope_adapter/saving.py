@@ -77,6 +77,25 @@ def _is_lrs_model(model: Any) -> bool:
     return bool(configs) and all(getattr(c, "peft_type", None) == LRS_PEFT_TYPE for c in configs.values())
 
 
+def _card_base_model(card: Path, recorded: str | None) -> None:
+    """PEFT's card names the base model by the loaded model's ``_name_or_path`` (a local cache folder for the embedded
+    models); the Hub's model tree reads that field. Write the adapter config's ``base_model_name_or_path`` there
+    instead (the Hub id a search records), or drop the line when that too is a local path."""
+    text = card.read_text(encoding="utf-8")
+    if not text.startswith("---\n") or "\n---" not in text[4:]:
+        return
+    end = text.index("\n---", 4)
+    head, rest = text[4:end], text[end:]
+    local = recorded is None or recorded.startswith(("/", "~", ".")) or Path(recorded).expanduser().exists()
+    line = None if local else f"base_model: {recorded}"
+    tag = None if local else f"- base_model:adapter:{recorded}"
+    lines = [
+        line if entry.startswith("base_model:") else tag if "base_model:adapter:" in entry else entry
+        for entry in head.split("\n")
+    ]
+    card.write_text("---\n" + "\n".join(x for x in lines if x is not None) + rest, encoding="utf-8")
+
+
 def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
     """``original`` (``PeftModel.create_or_update_model_card``), for LRS models updating ``README.md`` in a
     temporary folder beside it and renaming the result over it: a failure leaves the old card as it was."""
@@ -91,6 +110,7 @@ def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
             if (folder / "README.md").is_file():
                 shutil.copy2(folder / "README.md", work / "README.md")
             original(self, str(work))
+            _card_base_model(work / "README.md", self.peft_config[self.active_adapter].base_model_name_or_path)
             os.replace(work / "README.md", folder / "README.md")
         finally:
             shutil.rmtree(work, ignore_errors=True)

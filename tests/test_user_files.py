@@ -197,3 +197,26 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
     old = {**first, "model": {k: v for k, v in first["model"].items() if k != "weights"}}
     storage_mod.create_or_load_study(storage, "legacy", ["maximize"], old, settings.space(), [])
     assert storage_mod.check_existing_study(storage, "legacy", now)  # made before weights were fingerprinted
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [("Qwen/Qwen2.5-Coder-0.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"), ("/root/.cache/x/model", None)],
+)
+def test_peft_card_names_the_base_by_its_hub_id_never_a_local_path(tmp_path, recorded, expected):
+    """(was: a found adapter's README said base_model: <home>/.cache/rope-adapter/... while its config had the id)"""
+    from peft import get_peft_model
+
+    from rope_adapter import LrsConfig
+
+    model = tiny_model("llama", num_layers=3)
+    model.config._name_or_path = str(tmp_path / "cache" / "Qwen2.5-Coder-0.5B-Instruct")
+    peft = get_peft_model(model, LrsConfig(factors=[1.0, 1.1, 1.2]))
+    peft.peft_config["default"].base_model_name_or_path = recorded
+    peft.save_pretrained(tmp_path / "adapter", save_embedding_layers=False)
+    head = (tmp_path / "adapter" / "README.md").read_text().split("\n---", 1)[0]
+    assert str(tmp_path) not in head and "/root/" not in head
+    if expected:
+        assert f"base_model: {expected}" in head and f"base_model:adapter:{expected}" in head
+    else:
+        assert "base_model" not in head
