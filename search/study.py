@@ -79,6 +79,7 @@ from .trial import (
 from .worker import (
     Worker,
     check_prompt_lengths,
+    check_record_size,
     load_model,
     make_worker,
     read_num_layers,
@@ -153,6 +154,7 @@ def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any 
     within the model's positions. Reads only configs, the tokenizer and the data: no weights, no files written."""
     settings.check()
     check_own_outputs(settings)
+    check_record_size(settings)
     split = load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
     num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
     constraints = FactorConstraints(

@@ -60,6 +60,27 @@ def read_num_layers(settings: SearchSettings) -> int:
     return int(config.num_hidden_layers)
 
 
+MIN_TOKENS_PER_PAIR = 10
+"""Fewer tokens than any tokenizer gives a generated key-value pair (about 80 characters): a ``pairs`` that cannot
+fit the model's positions even so is refused before its records are generated."""
+
+
+def check_record_size(settings: SearchSettings) -> None:
+    """:class:`SearchError` when ``pairs`` key-value pairs cannot fit the model's positions (config only)."""
+    if settings.task_name != "kv_retrieval" or settings.data is not None:
+        return
+    from rope_adapter.scoring.loading import load_model_config
+
+    _, config = load_model_config(settings.model)
+    config = getattr(config, "text_config", None) or config
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit and settings.pairs * MIN_TOKENS_PER_PAIR > limit:
+        raise SearchError(
+            f"--pairs {settings.pairs} cannot fit the model's {limit} positions (a key-value pair takes "
+            f"{MIN_TOKENS_PER_PAIR} tokens or more): give fewer pairs"
+        )
+
+
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) through the one loader (:func:`rope_adapter.scoring.loading.load_model`).
     Tests replace this function to prove that bad input fails before it."""

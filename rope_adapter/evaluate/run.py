@@ -252,6 +252,11 @@ def command_line(s: EvalSettings, variants: str) -> str:
     return shlex.join(parts)
 
 
+MIN_TOKENS_PER_PAIR = 10
+"""Fewer tokens than any tokenizer gives a generated key-value pair (two uuids, quotes, separators: about 80
+characters), so a record size that is certainly too long is refused before its records are made."""
+
+
 def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> EvalResult:
     """Check everything, load the model, score every variant, write ``results.json``/``.md`` and the plot."""
     s = settings
@@ -270,6 +275,16 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
     path, config = checked_model_config(s.model)
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     max_positions = getattr(text_config, "max_position_embeddings", None)
+    if max_positions and s.max_new_tokens and s.max_new_tokens >= max_positions:
+        raise EvalError(
+            f"--max-new-tokens {s.max_new_tokens} leaves no room for a prompt in the model's {max_positions} "
+            "positions: give fewer (the answers are a few tokens long; the default fits them)"
+        )
+    if s.task == "kv_retrieval" and max_positions and s.num_pairs and s.num_pairs * MIN_TOKENS_PER_PAIR > max_positions:
+        raise EvalError(
+            f"--num-pairs {s.num_pairs} cannot fit the model's {max_positions} positions (a key-value pair takes "
+            f"{MIN_TOKENS_PER_PAIR} tokens or more): give fewer pairs"
+        )
     if s.perplexity and not s.variants:
         from .extrapolation import default_extrapolation_variants
 
