@@ -232,3 +232,16 @@ def test_record_sizes_and_answer_lengths_the_model_cannot_hold_are_refused_at_on
     assert main([*base, "--num-pairs", "100000"]) == 2
     assert "--num-pairs 100000 cannot fit" in capsys.readouterr().err
     assert not (tmp_path / "s").exists() and not (tmp_path / "e").exists()
+
+
+@pytest.mark.parametrize("command", ["eval", "export", "analyze"])
+def test_embedded_model_errors_are_one_line_in_every_command(tmp_path, monkeypatch, capsys, command):
+    """(was: 40-50 lines of traceback from eval, export and analyze; search gave one)"""
+    monkeypatch.setenv("ROPE_ADAPTER_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("ROPE_ADAPTER_SMOLLM2_WHEEL", str(tmp_path / "missing.whl"))
+    argv = [command, "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "out")]
+    if command == "export":
+        argv += ["--adapter", str(make_adapter(tmp_path / "adapter", results=False))]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "ROPE_ADAPTER_SMOLLM2_WHEEL" in err and "names no file" in err, err
