@@ -53,6 +53,7 @@ from .staging import (  # ExportVerificationError and probe_input_ids are re-exp
     sigterm_as_interrupt,
 )
 from .verify import PROBE_SEED, probe_input_ids, verify_export  # noqa: F401 - re-exported
+from .weights import check_weight_files
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +161,14 @@ def _from_path(model: str | os.PathLike, adapter: str | os.PathLike, out: Path, 
     base_config = _load_base_config(base_ref)
     _check_builtin(base_config)
     check_adapter_fits(config, base_config)
+    if base_folder is not None:
+        check_weight_files(base_folder)
     logger.info("loading %s", base_ref)
-    base = AutoModelForCausalLM.from_pretrained(base_ref, dtype="auto" if dtype is None else dtype)
+    try:
+        base = AutoModelForCausalLM.from_pretrained(base_ref, dtype="auto" if dtype is None else dtype)
+    except (OSError, ValueError, RuntimeError) as exc:  # the loaders' own errors: one line, naming the model
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"cannot load the base model {os.fspath(model)!r}: {first}") from None
     base.eval()
     with warnings.catch_warnings():
         # the adapter was checked against this base above; PEFT's note that the base's path differs from the

@@ -245,3 +245,29 @@ def test_embedded_model_errors_are_one_line_in_every_command(tmp_path, monkeypat
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "ROPE_ADAPTER_SMOLLM2_WHEEL" in err and "names no file" in err, err
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_export_of_a_base_folder_with_damaged_or_missing_weights_is_one_line(tmp_path, model_dir, capsys, damage):
+    """(was: a safetensors or transformers traceback)"""
+    import shutil
+
+    base = tmp_path / "base"
+    shutil.copytree(model_dir, base)
+    weights = base / "model.safetensors"
+    if damage == "truncated":
+        with open(weights, "r+b") as handle:
+            handle.truncate(weights.stat().st_size // 2)
+    else:
+        weights.unlink()
+    adapter = tmp_path / "adapter"
+    from peft import get_peft_model
+
+    from rope_adapter import LrsConfig
+
+    get_peft_model(tiny_model("llama", num_layers=4), LrsConfig(factors=[1.0, 1.1, 1.2, 1.3])).save_pretrained(adapter)
+    rc = main(["export", "--model", str(base), "--adapter", str(adapter), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len([line for line in err if line.startswith("rope-adapter: error:")]) == 1
+    assert ("is damaged" if damage == "truncated" else "has no weights") in err[-1]
+    assert "Traceback" not in "\n".join(err) and not (tmp_path / "out").exists()
