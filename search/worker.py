@@ -76,8 +76,9 @@ def check_record_size(settings: SearchSettings) -> None:
     limit = getattr(config, "max_position_embeddings", None)
     if limit and settings.pairs * MIN_TOKENS_PER_PAIR > limit:
         raise SearchError(
-            f"--pairs {settings.pairs} cannot fit the model's {limit} positions (a key-value pair takes "
-            f"{MIN_TOKENS_PER_PAIR} tokens or more): give fewer pairs"
+            f"--pairs {settings.pairs}: the prompts are longer ({settings.pairs * MIN_TOKENS_PER_PAIR} tokens at least, "
+            f"a key-value pair takes {MIN_TOKENS_PER_PAIR} or more) than the model's {limit} positions; lower the "
+            "record size (--pairs)"
         )
 
 

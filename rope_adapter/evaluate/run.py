@@ -282,8 +282,9 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
         )
     if s.task == "kv_retrieval" and max_positions and s.num_pairs and s.num_pairs * MIN_TOKENS_PER_PAIR > max_positions:
         raise EvalError(
-            f"--num-pairs {s.num_pairs} cannot fit the model's {max_positions} positions (a key-value pair takes "
-            f"{MIN_TOKENS_PER_PAIR} tokens or more): give fewer pairs"
+            f"--num-pairs {s.num_pairs}: the prompts are longer ({s.num_pairs * MIN_TOKENS_PER_PAIR} tokens at least, "
+            f"a key-value pair takes {MIN_TOKENS_PER_PAIR} or more) than the model's {max_positions} positions; give "
+            "fewer pairs"
         )
     if s.perplexity and not s.variants:
         from .extrapolation import default_extrapolation_variants
