@@ -87,6 +87,21 @@ def run(
     }
 
 
+def best_counts(arms: dict[str, Any], checkpoints: list[int], seeds: int) -> list[str]:
+    """For each checkpoint, on how many seeds each arm had the strictly smallest best error (ties counted apart)."""
+    lines = []
+    for n in checkpoints:
+        errors = {name: [r["best_after"][n] for r in arm["runs"]] for name, arm in arms.items()}
+        wins = {name: 0 for name in arms} | {"tie": 0}
+        for i in range(seeds):
+            values = {k: errors[k][i] for k in errors}
+            leaders = [k for k, v in values.items() if v == min(values.values())]
+            wins[leaders[0] if len(leaders) == 1 else "tie"] += 1
+        counts = ", ".join(f"{k} {v}" for k, v in wins.items())
+        lines.append(f"- after {n} trials, seeds on which each sampler found the best curve: {counts}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layers", type=int, default=24)
@@ -150,14 +165,7 @@ def main() -> None:
     if args.compare == "endpoint":
         lines += ["", f"Feasible trials, bounded over widened: **{ratio:.2f}x** (same seeds, same trial count)."]
     else:
-        for n in [n for n in CHECKPOINTS if n <= args.trials]:
-            errors = {name: [r["best_after"][n] for r in arm["runs"]] for name, arm in arms.items()}
-            wins = {name: 0 for name in arms}
-            for i in range(len(args.seeds)):
-                wins[min(errors, key=lambda k, i=i: errors[k][i])] += 1
-            lines.append(
-                f"- after {n} trials, best on the most seeds: " + ", ".join(f"{k} {v}" for k, v in wins.items())
-            )
+        lines += best_counts(arms, [n for n in CHECKPOINTS if n <= args.trials], len(args.seeds))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "feasibility" if args.compare == "endpoint" else "samplers"
     (args.out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")

@@ -45,7 +45,8 @@ def run_arm(base: SearchSettings, arm: str, seed: int, out: Path) -> dict:
 
 def found_minus(arm_run: dict, other: str) -> dict | None:
     report = json.loads((Path(arm_run["out"]) / "search_report.json").read_text())
-    return ((report.get("holdout") or {}).get("differences", {}).get(f"found-{other}") or {}).get("tf_accuracy")
+    diff = ((report.get("holdout") or {}).get("differences", {}).get(f"found-{other}") or {}).get("tf_accuracy")
+    return (diff or {}).get("mean")
 
 
 def main() -> None:
