@@ -61,8 +61,8 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
             done[key] = (worker.evaluator.score(factors, task, keep_logprobs=True), None)
         scored = done[key][0]
         if settings.score == "soft":  # the verdict stays in the benchmark's metric: accuracy, log-prob breaking ties
-            scored = replace(scored, per_sample=answer_score(scored.exact, scored.logprob))
-            scored = replace(scored, by_position=position_means(positions, scored.per_sample))
+            answer = answer_score(scored.exact, scored.logprob)
+            scored = replace(scored, per_sample=answer, by_position=position_means(positions, answer))
         scores[name] = scored.per_sample
         entry = {
             "factors": factors,

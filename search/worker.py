@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rope_adapter.scoring.tasks import Task
+from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
 
 from .data import load_split, perplexity_text_path
 from .objective import (
@@ -60,11 +61,6 @@ def read_num_layers(settings: SearchSettings) -> int:
     return int(config.num_hidden_layers)
 
 
-MIN_TOKENS_PER_PAIR = 10
-"""Fewer tokens than any tokenizer gives a generated key-value pair (about 80 characters): a ``pairs`` that cannot
-fit the model's positions even so is refused before its records are generated."""
-
-
 def check_record_size(settings: SearchSettings) -> None:
     """:class:`SearchError` when ``pairs`` key-value pairs cannot fit the model's positions (config only)."""
     if settings.task_name != "kv_retrieval" or settings.data is not None:
@@ -73,13 +69,9 @@ def check_record_size(settings: SearchSettings) -> None:
 
     _, config = load_model_config(settings.model)
     config = getattr(config, "text_config", None) or config
-    limit = getattr(config, "max_position_embeddings", None)
-    if limit and settings.pairs * MIN_TOKENS_PER_PAIR > limit:
-        raise SearchError(
-            f"--pairs {settings.pairs}: the prompts are longer ({settings.pairs * MIN_TOKENS_PER_PAIR} tokens at least, "
-            f"a key-value pair takes {MIN_TOKENS_PER_PAIR} or more) than the model's {limit} positions; lower the "
-            "record size (--pairs)"
-        )
+    why = pairs_overflow(settings.pairs, getattr(config, "max_position_embeddings", None))
+    if why is not None:
+        raise SearchError(f"--pairs {settings.pairs}: {why}; lower the record size (--pairs)")
 
 
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:

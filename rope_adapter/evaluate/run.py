@@ -21,6 +21,7 @@ from typing import Any
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.metrics import METRICS
 from rope_adapter.scoring.tasks import position_tasks
+from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
 from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
@@ -252,11 +253,6 @@ def command_line(s: EvalSettings, variants: str) -> str:
     return shlex.join(parts)
 
 
-MIN_TOKENS_PER_PAIR = 10
-"""Fewer tokens than any tokenizer gives a generated key-value pair (two uuids, quotes, separators: about 80
-characters), so a record size that is certainly too long is refused before its records are made."""
-
-
 def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> EvalResult:
     """Check everything, load the model, score every variant, write ``results.json``/``.md`` and the plot."""
     s = settings
@@ -280,12 +276,9 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
             f"--max-new-tokens {s.max_new_tokens} leaves no room for a prompt in the model's {max_positions} "
             "positions: give fewer (the answers are a few tokens long; the default fits them)"
         )
-    if s.task == "kv_retrieval" and max_positions and s.num_pairs and s.num_pairs * MIN_TOKENS_PER_PAIR > max_positions:
-        raise EvalError(
-            f"--num-pairs {s.num_pairs}: the prompts are longer ({s.num_pairs * MIN_TOKENS_PER_PAIR} tokens at least, "
-            f"a key-value pair takes {MIN_TOKENS_PER_PAIR} or more) than the model's {max_positions} positions; give "
-            "fewer pairs"
-        )
+    why = pairs_overflow(s.num_pairs, max_positions) if s.task == "kv_retrieval" and s.num_pairs else None
+    if why is not None:
+        raise EvalError(f"--num-pairs {s.num_pairs}: {why}; give fewer pairs")
     if s.perplexity and not s.variants:
         from .extrapolation import default_extrapolation_variants
 

@@ -72,6 +72,21 @@ def random_uuid4(rng: random.Random) -> str:
     return str(uuid.UUID(int=rng.getrandbits(128), version=4))
 
 
+MIN_TOKENS_PER_PAIR = 10
+"""Fewer tokens than any tokenizer gives a generated key-value pair (two uuids, quotes, separators: about 80
+characters), so a record size that is certainly too long is refused before its records are made."""
+
+
+def pairs_overflow(num_pairs: int, max_positions: int | None) -> str | None:
+    """Why ``num_pairs`` generated pairs cannot fit ``max_positions`` whatever the tokenizer, or None."""
+    if not max_positions or num_pairs * MIN_TOKENS_PER_PAIR <= max_positions:
+        return None
+    return (
+        f"the prompts are longer ({num_pairs * MIN_TOKENS_PER_PAIR} tokens at least, a key-value pair takes "
+        f"{MIN_TOKENS_PER_PAIR} or more) than the model's {max_positions} positions"
+    )
+
+
 @register_task("kv_retrieval")
 @dataclass
 class KVRetrievalTask(Task):
