@@ -70,7 +70,7 @@ def mean_by_position(samples: Sequence[Sample], scores: Sequence[float] | np.nda
     return position_means([s.position for s in samples], scores)
 
 
-def _margins(logprobs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def token_margins(logprobs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Each target's log-prob minus the best other token's (``logprobs``: ``[n, vocab]``, ``targets``: ``[n]``)."""
     top = logprobs.topk(2, dim=-1)
     gold = logprobs.gather(-1, targets[:, None])[:, 0]

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .logprobs import TokenLogprobs, _margins
+from .logprobs import TokenLogprobs, token_margins
 from .tasks.base import Sample, apply_chat_template
 
 # --------------------------------------------------------------------------------------------------------------
@@ -412,7 +412,7 @@ def _score_chunk(
             scores.append(state.last_logprobs[row, cont[0]])
             hits.append(state.last_logprobs[row].argmax() == cont[0])
             first_target = torch.tensor([cont[0]], device=state.last_logprobs.device)
-            gaps.append(_margins(state.last_logprobs[row][None], first_target)[0])
+            gaps.append(token_margins(state.last_logprobs[row][None], first_target)[0])
         first = max(offset, 1)
         if first < len(cont):
             assert logprobs is not None
@@ -420,7 +420,7 @@ def _score_chunk(
             rows = torch.arange(first - 1 - lo, len(cont) - 1 - lo, device=logprobs.device)
             scores.extend(logprobs[r, rows, targets].unbind())
             hits.extend((logprobs[r, rows].argmax(-1) == targets).unbind())
-            gaps.extend(_margins(logprobs[r, rows], targets).unbind())
+            gaps.extend(token_margins(logprobs[r, rows], targets).unbind())
         values[i] = torch.stack(scores).double().cpu().numpy()
         greedy[i] = torch.stack(hits).cpu().numpy()
         margins[i] = torch.stack(gaps).double().cpu().numpy()
@@ -438,7 +438,7 @@ def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progre
         targets = ids[0, start:]
         values.append(logprobs[torch.arange(len(targets), device=device), targets].double().cpu().numpy())
         greedy.append((logprobs.argmax(-1) == targets).cpu().numpy())
-        margins.append(_margins(logprobs, targets).double().cpu().numpy())
+        margins.append(token_margins(logprobs, targets).double().cpu().numpy())
     return _collapse_forms(task, values, greedy, margins)
 
 
