@@ -20,10 +20,15 @@ ABSOLUTE = re.compile(r"(?<![\w.~<>-])(?:/(?:work|root|home|tmp|Users|mnt|opt)/)
 """Where an absolute local path starts (the check the tests repeat over the committed files)."""
 
 
+LOCAL_PATH = re.compile(r"(?:sqlite:/+)?" + ABSOLUTE.pattern + r"[^\s\"',;:=]*")
+"""A whole local path (or SQLite URL of one) from where it starts: only these are rewritten, so ``#!/usr/bin/env``
+and a script's ``$(dirname "$0")/../..`` stay as they are."""
+
+
 def scrub(text: str, roots: list[str]) -> str:
     for root in sorted(roots, key=len, reverse=True):
         text = re.sub(rf"(sqlite:/+)?{re.escape(root.rstrip('/'))}/", lambda m: m.group(1) or "", text)
-    return public_text(text)
+    return LOCAL_PATH.sub(lambda m: public_text(m.group(0)), text)
 
 
 def main() -> None:

@@ -41,7 +41,8 @@ LOCAL_MARK = "<local>"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _CACHE_SNAPSHOT = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/")
 _FILE_URL = re.compile(r"(?P<scheme>sqlite|file):///+(?P<path>[^\s\"']+)")
-_ABS_PATH = re.compile(r"(?<![\w/.~<>-])(?:~/|/)(?:[^\s/\"',;:=]+/)*[^\s/\"',;:=]+")
+_ABS_PATH = re.compile(r"(?<![\w/.~<>-])(?:~/|/)(?!\.\.?(?:/|$|[\s\"']))(?:[^\s/\"',;:=]+/)*[^\s/\"',;:=]+")
+"""An absolute local path (``/x/y``, ``~/x``); ``/../..`` after a shell expression is relative, not a path of ours."""
 _NAME_KEYS = {"base_model_name_or_path", "base_model", "_name_or_path", "lrs_base_model_name_or_path"}
 
 

@@ -84,7 +84,8 @@ def test_public_text_and_json_replace_local_paths():
         "rope-adapter eval --model <local>/m --variants base,adapter:<local>/adapter --out=<local>/o"
     )
     assert public_text("sqlite:////runs/x/study.db") == "sqlite:///study.db"
-    for kept in ("https://huggingface.co/org/name", "inv_freq / s_l", "trials/min", "adapter:runs/adapter"):
+    kept_texts = ("https://huggingface.co/org/name", "inv_freq / s_l", "trials/min", "adapter:runs/adapter")
+    for kept in (*kept_texts, 'cd "$(dirname "$0")/../../.."', "$(pwd)/./x"):
         assert public_text(kept) == kept
     data = {"base_model_name_or_path": "/data/m", "provenance": {"study": {"storage": "sqlite:////a/b.db"}}, "n": 3}
     assert public_json(data) == {

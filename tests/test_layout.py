@@ -177,3 +177,27 @@ def test_committed_results_hold_no_absolute_local_path():
         if p.is_file() and p.suffix in suffixes and absolute.search(p.read_text(encoding="utf-8", errors="replace"))
     )
     assert not found, found
+
+
+def test_scrub_paths_rewrites_local_paths_and_keeps_scripts_working():
+    """The scrub once turned ``#!/usr/bin/env bash`` and ``cd "$(dirname "$0")/../../.."`` in committed command.sh
+    files into ``<local>/...``: only local paths are rewritten."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scrub_paths", ROOT / "benchmarks" / "scrub_paths.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    script = '#!/usr/bin/env bash\ncd "$(dirname "$0")/../../.."\nexec x --flag 1\n'
+    assert module.scrub(script, ["/work/main"]) == script
+    line = "--out /work/main/b/r --storage sqlite:////work/main/b/r/s.db --data /tmp/d/k.jsonl --m /root/c/m"
+    assert module.scrub(line, ["/work/main"]) == (
+        "--out b/r --storage sqlite:///b/r/s.db --data <local>/k.jsonl --m <local>/m"
+    )
+
+
+def test_committed_scripts_start_with_a_shebang_and_parse():
+    import subprocess
+
+    for script in (ROOT / "benchmarks" / "results").rglob("*.sh"):
+        assert script.read_text().startswith("#!/usr/bin/env bash\n"), script
+        subprocess.run(["bash", "-n", str(script)], check=True)
