@@ -37,9 +37,9 @@ from rope_adapter.standalone import (
     register_lrs_model_type,
     wrap_rope_parameters,
 )
+from rope_adapter.standalone.codegen import write_code
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
-from .codegen import write_code
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
 from .reading import SIDECAR_NAME, read_exported_factors  # noqa: F401 - re-exported
 from .staging import (  # ExportVerificationError and probe_input_ids are re-exported here

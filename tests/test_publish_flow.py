@@ -65,6 +65,41 @@ def test_export_loads_without_trust_remote_code_after_import_rope_adapter(made):
     assert "ok LlamaLrsForCausalLM" in out.stdout
 
 
+def test_an_export_re_saved_after_import_rope_adapter_keeps_its_code_files(made):
+    """Loaded through the in-process classes (no trust_remote_code), a model and its config saved again write the
+    two ``.py`` files their ``auto_map`` names, so the new folder loads without rope_adapter too."""
+    resaved, config_only = made["tmp"] / "resaved", made["tmp"] / "config-only"
+    out = _fresh(
+        f"""
+        import rope_adapter
+        from transformers import AutoConfig, AutoModelForCausalLM
+        m = AutoModelForCausalLM.from_pretrained({str(made["merged"])!r})
+        assert type(m).__module__ == "rope_adapter.standalone", type(m).__module__
+        m.save_pretrained({str(resaved)!r})
+        AutoConfig.from_pretrained({str(made["merged"])!r}).save_pretrained({str(config_only)!r})
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    code = {"configuration_llama_lrs.py", "modeling_llama_lrs.py"}
+    for folder in (resaved, config_only):
+        assert code <= {p.name for p in folder.iterdir()}, sorted(p.name for p in folder.iterdir())
+        for name in code:
+            assert (folder / name).read_text() == (made["merged"] / name).read_text()
+    out = _fresh(
+        f"""
+        import sys, torch
+        from transformers import AutoModelForCausalLM
+        m = AutoModelForCausalLM.from_pretrained({str(resaved)!r}, trust_remote_code=True).eval()
+        assert "rope_adapter" not in sys.modules
+        with torch.inference_mode():
+            got = m(torch.load({str(made["tmp"] / "ids.pt")!r})).logits
+        assert torch.allclose(got, torch.load({str(made["tmp"] / "expected.pt")!r}), rtol=0, atol=1e-5)
+        print("ok")
+        """
+    )
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
 def test_cli_push_then_load_adapter_and_export_from_the_hub_in_fresh_processes(hub, made):
     env = hub.client_env(made["tmp"] / "push_home", token=hub.token)
     for folder, repo in ((made["adapter"], "org/llama-lrs"), (made["merged"], "org/llama-lrs-merged")):

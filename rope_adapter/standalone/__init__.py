@@ -8,8 +8,10 @@ transformers' auto classes on ``import rope_adapter``, so such folders load with
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
@@ -18,6 +20,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from ..architectures import TESTED_MODEL_TYPES
 from ..errors import LrsError
+from .codegen import write_code
 from .config_mixin import LrsConfigMixin, unwrap_rope_parameters, wrap_rope_parameters
 from .modeling_mixin import LrsForCausalLMMixin
 
@@ -121,16 +124,46 @@ def lrs_classes(base_model_type: str) -> tuple[type[PreTrainedConfig], type[PreT
     config_cls = type(
         names.config_class,
         (LrsConfigMixin, base_config),
-        {"model_type": names.model_type, "__module__": __name__, "__qualname__": names.config_class},
+        {
+            "model_type": names.model_type,
+            "__module__": __name__,
+            "__qualname__": names.config_class,
+            "save_pretrained": _saving_code(base_config.save_pretrained, names),
+        },
     )
     model_cls = type(
         names.model_class,
         (LrsForCausalLMMixin, base_model),
-        {"config_class": config_cls, "__module__": __name__, "__qualname__": names.model_class},
+        {
+            "config_class": config_cls,
+            "__module__": __name__,
+            "__qualname__": names.model_class,
+            "save_pretrained": _saving_code(base_model.save_pretrained, names),
+        },
     )
     globals()[names.config_class] = config_cls  # so that pickle finds them
     globals()[names.model_class] = model_cls
     return config_cls, model_cls
+
+
+def _saving_code(save_pretrained, names: LrsNames):
+    """``save_pretrained`` that also writes the code files the config's ``auto_map`` names.
+
+    A folder loaded through these in-process classes (``import rope_adapter``, no ``trust_remote_code``) keeps its
+    ``auto_map`` when saved again, but transformers copies remote code only for classes it loaded as remote code:
+    without this the new folder would name two ``.py`` files it does not have, and fail to load elsewhere."""
+
+    def save(self, save_directory: str | os.PathLike[str], *args, **kwargs):
+        result = save_pretrained(self, save_directory, *args, **kwargs)
+        config = getattr(self, "config", self)
+        if kwargs.get("is_main_process", True) and getattr(config, "auto_map", None) == names.auto_map:
+            from .. import __version__  # the package is loaded by the time anything is saved
+
+            write_code(Path(save_directory), names, __version__)
+        return result
+
+    save.__doc__ = save_pretrained.__doc__
+    return save
 
 
 def register_lrs_model_type(base_model_type: str) -> tuple[type[PreTrainedConfig], type[PreTrainedModel]]:

@@ -1,6 +1,7 @@
 """Code for exported models with per-layer factors: the files written beside the weights, and the same classes
 registered with transformers' auto classes so that an exported folder loads without ``trust_remote_code`` once
-``rope_adapter`` is imported (rope_adapter.standalone).
+``rope_adapter`` is imported (rope_adapter.standalone), and written again when such a model or config is saved
+in a process that loaded it through those classes (so a re-saved folder keeps the code its ``auto_map`` names).
 
 Both come from one source: the mixins in ``rope_adapter/standalone/config_mixin.py`` and ``modeling_mixin.py``. A generated file is a short
 header, the imports of the base classes from transformers, the mixin module's text below its marker line, and a
@@ -14,12 +15,15 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import rope_adapter.standalone as _standalone
-from rope_adapter.standalone import LrsNames
+from ..writable import write_text_atomic
+
+if TYPE_CHECKING:  # the package imports this module
+    from . import LrsNames
 
 MARKER = "# ---8<---"
-_MIXINS = Path(_standalone.__file__).parent
+_MIXINS = Path(__file__).parent
 
 
 def _copied_part(module_file: str) -> str:
@@ -78,5 +82,5 @@ def write_code(folder: Path, names: LrsNames, version: str) -> list[str]:
         f"{names.model_module}.py": render_modeling(names, version),
     }
     for name, text in files.items():
-        (folder / name).write_text(text)
+        write_text_atomic(folder / name, text)
     return sorted(files)
