@@ -28,7 +28,7 @@ from .standalone import register_tested_model_types as _register_standalone  # n
 
 _register_standalone()  # exported folders (`rope-adapter export`) load without trust_remote_code
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402, F401 - rope_adapter.__version__
 
 __all__ = [
     "AdapterFileError",

@@ -9,7 +9,6 @@ transformers' auto classes on ``import rope_adapter``, so such folders load with
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -20,11 +19,11 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from ..architectures import TESTED_MODEL_TYPES
 from ..errors import LrsError
+from ..version import __version__
 from .codegen import write_code
 from .config_mixin import LrsConfigMixin, unwrap_rope_parameters, wrap_rope_parameters
 from .modeling_mixin import LrsForCausalLMMixin
-
-MODEL_TYPE_SUFFIX = "_lrs"
+from .names import MODEL_TYPE_SUFFIX, LrsNames
 
 __all__ = [
     "CodegenError",
@@ -44,42 +43,6 @@ __all__ = [
 
 class CodegenError(LrsError):
     """No custom code can be written for this architecture (not a transformers built-in causal LM)."""
-
-
-@dataclass(frozen=True)
-class LrsNames:
-    """Names of everything an exported model with per-layer factors defines, derived from the base model_type."""
-
-    base_model_type: str  # "llama"
-    base_config_class: str  # "LlamaConfig"
-    base_model_class: str  # "LlamaForCausalLM"
-
-    @property
-    def model_type(self) -> str:
-        return self.base_model_type + MODEL_TYPE_SUFFIX  # "llama_lrs"
-
-    @property
-    def config_class(self) -> str:
-        return self.base_config_class.removesuffix("Config") + "LrsConfig"  # "LlamaLrsConfig"
-
-    @property
-    def model_class(self) -> str:
-        return self.base_model_class.replace("ForCausalLM", "LrsForCausalLM")  # "LlamaLrsForCausalLM"
-
-    @property
-    def config_module(self) -> str:
-        return f"configuration_{self.model_type}"
-
-    @property
-    def model_module(self) -> str:
-        return f"modeling_{self.model_type}"
-
-    @property
-    def auto_map(self) -> dict[str, str]:
-        return {
-            "AutoConfig": f"{self.config_module}.{self.config_class}",
-            "AutoModelForCausalLM": f"{self.model_module}.{self.model_class}",
-        }
 
 
 def lrs_names(base_model_type: str) -> LrsNames:
@@ -157,8 +120,6 @@ def _saving_code(save_pretrained, names: LrsNames):
         result = save_pretrained(self, save_directory, *args, **kwargs)
         config = getattr(self, "config", self)
         if kwargs.get("is_main_process", True) and getattr(config, "auto_map", None) == names.auto_map:
-            from .. import __version__  # the package is loaded by the time anything is saved
-
             write_code(Path(save_directory), names, __version__)
         return result
 

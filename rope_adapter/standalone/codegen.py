@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..writable import write_text_atomic
-
-if TYPE_CHECKING:  # the package imports this module
-    from . import LrsNames
+from .names import LrsNames
 
 MARKER = "# ---8<---"
 _MIXINS = Path(__file__).parent
