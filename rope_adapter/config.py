@@ -126,7 +126,16 @@ class LrsConfig(PeftConfig):
         folder = Path(pretrained_model_name_or_path, subfolder) if subfolder else Path(pretrained_model_name_or_path)
         if folder.is_dir():
             check_adapter_folder(folder)
-        return super().from_pretrained(pretrained_model_name_or_path, subfolder=subfolder, **kwargs)
+        config = super().from_pretrained(pretrained_model_name_or_path, subfolder=subfolder, **kwargs)
+        if folder.is_dir():  # not a dataclass field: never saved; read back only if the weights disagree
+            object.__setattr__(config, "_lrs_source", (folder, _listed_factors(folder)))
+        return config
+
+    def changed_on_disk(self) -> bool:
+        """True when this config was read from a folder whose ``adapter_config.json`` now lists other factors (the
+        folder was saved again while the adapter was being loaded)."""
+        source = getattr(self, "_lrs_source", None)
+        return source is not None and _listed_factors(source[0]) != source[1]
 
     @property
     def resolved(self) -> bool:
@@ -142,6 +151,14 @@ def check_resolved(config: LrsConfig, where: str) -> list[float]:
         return validate_factors(config.factors, config.num_layers)  # type: ignore[arg-type]
     except InvalidFactorsError as exc:
         raise AdapterFileError(f"{where}: {exc}") from exc
+
+
+def _listed_factors(folder: Path) -> Any:
+    """The ``factors`` entry of ``folder/adapter_config.json`` as written (None when unreadable)."""
+    try:
+        return json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("factors")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _count(factors: Any) -> int | None:

@@ -198,6 +198,11 @@ class LrsModel(BaseTuner):
         check_factors_tensor(tensor, config.num_layers, where)
         stored = torch.tensor(config.factors, dtype=torch.float32)
         if not torch.equal(tensor.cpu(), stored):
+            if config.changed_on_disk():
+                raise AdapterFileError(
+                    f"the adapter folder was saved again while it was being loaded (adapter_config.json was read "
+                    f"before, {where} after the other save): load it again; this model was left as it was"
+                )
             raise AdapterFileError(
                 f"{where} and adapter_config.json disagree on the factors ({tensor.tolist()} vs {config.factors}); "
                 f"the folder was edited by hand: re-save it with save_pretrained()"

@@ -195,3 +195,30 @@ def test_generate_with_cache_equals_full_recompute_and_left_padding(base_dir):
             nxt = model(input_ids=ids, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
             ids = torch.cat([ids, nxt], dim=1)
         assert until_eos(ids[0, alone.input_ids.shape[1] :].tolist()) == single_new
+
+
+def test_a_load_that_overlaps_a_save_is_refused_not_mixed(base_dir, tmp_path, monkeypatch):
+    """Another process saves the adapter again between PEFT's read of adapter_config.json and its read of the
+    weights: the load is refused with that reason (not blamed on a hand edit), and the base model is untouched."""
+    import peft.peft_model
+
+    get_peft_model(load_base(base_dir), LrsConfig(factors=FACTORS)).save_pretrained(tmp_path / "ad")
+    writer = get_peft_model(load_base(base_dir), LrsConfig(factors=[2.0, 2.0, 1.5, 1.0]))
+    original = peft.peft_model.load_peft_weights
+
+    def save_in_between(*args, **kwargs):
+        writer.save_pretrained(tmp_path / "ad")  # the other process's save, complete (weights, then config)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(peft.peft_model, "load_peft_weights", save_in_between)
+    base = load_base(base_dir)
+    with torch.inference_mode():
+        before = base(IDS).logits
+    with pytest.raises(rope_adapter.AdapterFileError, match="saved again while it was being loaded"):
+        PeftModel.from_pretrained(base, tmp_path / "ad")
+    assert count_layer_hooks(base) == 0
+    with torch.inference_mode():
+        assert torch.equal(base(IDS).logits, before)
+    monkeypatch.setattr(peft.peft_model, "load_peft_weights", original)
+    loaded = PeftModel.from_pretrained(load_base(base_dir), tmp_path / "ad")  # loading again sees one pair
+    assert rope_adapter.get_factors(loaded) == [2.0, 2.0, 1.5, 1.0]
