@@ -343,23 +343,23 @@ def settings_dict(settings: SearchSettings) -> dict[str, Any]:
 def public_storage(url: str) -> str:
     """How reports, provenance and cards record a storage URL: an SQLite file by its name only
     (``sqlite:///study.db``, so a study folder copied to another machine is still recognised and no local path
-    is published), any other URL without its password."""
+    is published), any other URL without its user name and password (``postgresql://host:5432/db``)."""
     if url.startswith("sqlite:///"):
         return "sqlite:///" + Path(url[len("sqlite:///") :]).name
-    return redact_url(url)
+    return redact_url(url, keep_user=False)
 
 
-def redact_url(url: str) -> str:
-    """The storage URL without its password (for messages, reports and provenance)."""
+def redact_url(url: str, keep_user: bool = True) -> str:
+    """The storage URL without its password (for messages to the user), and with ``keep_user=False`` without its
+    user name either (for reports, provenance and cards: :func:`public_storage`)."""
     try:
         from sqlalchemy.engine import URL, make_url
 
         parsed = make_url(url)
-        if parsed.password is None:
+        if parsed.password is None and (keep_user or parsed.username is None):
             return url
-        bare = URL.create(
-            parsed.drivername, parsed.username, None, parsed.host, parsed.port, parsed.database, parsed.query
-        )
+        user = parsed.username if keep_user else None
+        bare = URL.create(parsed.drivername, user, None, parsed.host, parsed.port, parsed.database, parsed.query)
         return bare.render_as_string(hide_password=False)
     except Exception:  # noqa: BLE001 - an unparsable URL: hide everything between :// and @
         if "://" in url and "@" in url:

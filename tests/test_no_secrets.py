@@ -46,6 +46,12 @@ def storage(request):
     return _storage(request)
 
 
+def make_url_user(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return str(make_url(url).username)
+
+
 def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
@@ -80,6 +86,11 @@ def test_nothing_written_or_published_holds_the_token_the_password_or_a_local_pa
     printed = capsys.readouterr()
 
     secrets = [TOKEN.encode()] + ([password.encode()] if password else [])
+    if url:  # the study is recorded by its public URL: no user name, no password
+        from rope_adapter.search.settings import public_storage
+
+        report = (out / "search_report.json").read_text()
+        assert public_storage(url) in report and make_url_user(url) + "@" not in report
     written = {
         f"{top.name}/{name}": data for top in (out, tmp_path / "eval", exported) for name, data in _files(top).items()
     }
@@ -99,3 +110,13 @@ def test_nothing_written_or_published_holds_the_token_the_password_or_a_local_pa
     # search report, study and PEFT's adapter_config.json may name their folders: they stay on their disk)
     cards = {k: v for k, v in written.items() if k.endswith("README.md") or k == "card.md"}
     assert len(cards) >= 2 and _hits(cards, local) == []
+
+
+def test_reports_and_cards_record_a_storage_url_without_user_or_password():
+    from rope_adapter.search.settings import public_storage, redact_url
+
+    url = "postgresql+psycopg2://someone:s3cret@db.example:5432/studies"
+    assert public_storage(url) == "postgresql+psycopg2://db.example:5432/studies"
+    assert redact_url(url) == "postgresql+psycopg2://someone@db.example:5432/studies"  # messages to the user
+    assert public_storage("sqlite:////home/me/runs/study.db") == "sqlite:///study.db"
+    assert public_storage("postgresql://db.example/studies") == "postgresql://db.example/studies"
