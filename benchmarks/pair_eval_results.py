@@ -6,7 +6,7 @@ records: every sample is keyed by (record id, gold position), and record ids nam
 so the pooled comparison counts each record once. Each comparison ``A B`` takes the samples both variants have;
 the difference of each metric is paired by record (each record's mean over its gold positions, then a t interval
 over records, and beside it a percentile bootstrap interval over records):
-``rope_adapter.scoring.paired.paired_difference``, the rule the search's held-out report uses.
+``rope_adapter.scoring.paired.differences_by_position_and_record``, the rule the search's held-out report uses.
 
     .venv/bin/python benchmarks/pair_eval_results.py SEED7/results.json SEED7-FOUND/results.json \\
         SEED8/results.json --compare found base --compare found uniform:1.05 --out pooled/paired.md
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rope_adapter.scoring.numbers import fmt, fmt_interval
-from rope_adapter.scoring.paired import paired_difference
+from rope_adapter.scoring.paired import differences_by_position_and_record
 
 Key = tuple[str, int]
 
@@ -82,7 +82,7 @@ def compare(
     keys = sorted(k for k in set(a) & set(b) if metric in a[k] and metric in b[k])
     if not keys:
         raise SystemExit(f"no common samples with {metric!r} between {variant!r} and {reference!r}")
-    d = paired_difference(
+    d = differences_by_position_and_record(
         np.array([a[k][metric] for k in keys]),
         np.array([b[k][metric] for k in keys]),
         np.array([p for _, p in keys]),

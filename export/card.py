@@ -18,8 +18,9 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from rope_adapter.scoring.metrics import PROPORTIONS
 from rope_adapter.scoring.numbers import fmt
-from rope_adapter.scoring.results_table import PROPORTIONS, RESULTS_TABLE_NAME, MetricTable, ResultsTable
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, MetricTable, ResultsTable
 from rope_adapter.scoring.tasks import display_name
 
 from .card_data import (

@@ -2,9 +2,10 @@
 
 Reading goes through the core's readers: :func:`rope_adapter.read_adapter_factors` for an adapter (config and
 safetensors checked against each other) and :func:`rope_adapter.export.bake.read_exported_factors` for an export.
-Results come as :class:`~rope_adapter.scoring.results_table.ResultsTable` from ``results_table.json`` (the search
-writes it into ``OUT/adapter``, ``eval`` into its folder) and from an ``eval`` ``results.json`` placed in the
-folder. :func:`public_base_model` and :func:`public_json` keep local paths out of what is published.
+Results come only as the writers' record, :class:`~rope_adapter.scoring.results_table.ResultsTable`: from
+``results_table.json`` (the search writes it into ``OUT/adapter``, ``eval`` into its folder) and from the record
+an ``eval`` ``results.json`` placed in the folder carries (no other key of that file is read).
+:func:`public_base_model` and :func:`public_json` keep local paths out of what is published.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from rope_adapter import read_adapter_factors
 from rope_adapter.embedded import embedded_hub_id
 from rope_adapter.errors import LrsError
 from rope_adapter.export.bake import SIDECAR_NAME, ExportError, read_exported_factors
-from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
+from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [
     "CardError",
@@ -176,7 +177,8 @@ def _read_export(folder: Path, files: list[str]) -> FolderInfo:
 
 
 def read_tables(folder: Path) -> list[tuple[str, ResultsTable]]:
-    """The results tables of a folder: ``results_table.json``, then an ``eval`` ``results.json``."""
+    """The results records of a folder: ``results_table.json``, then the one an ``eval`` ``results.json`` carries
+    (under ``RECORD_KEY``: the card reads no other key of it)."""
     tables = []
     if (folder / RESULTS_TABLE_NAME).is_file():
         try:
@@ -185,15 +187,17 @@ def read_tables(folder: Path) -> list[tuple[str, ResultsTable]]:
             raise CardError(str(exc)) from None
     if (folder / RESULTS).is_file():
         data = _read_json(folder / RESULTS)
-        if data.get("kind") == "positions":
-            try:
-                table = ResultsTable.from_eval_results(data)
-            except (ResultsTableError, KeyError, TypeError, ValueError) as exc:
-                raise CardError(
-                    f"{folder / RESULTS}: not the results.json `rope-adapter eval` writes ({exc})"
-                ) from None
-            if all(t.to_dict() != table.to_dict() for _, t in tables):  # eval's own results_table.json beside it
-                tables.append((RESULTS, table))
+        try:
+            table = ResultsTable.embedded_in(data)
+        except ResultsTableError as exc:
+            raise CardError(f"{folder / RESULTS}: {exc}") from None
+        if table is None and data.get("kind") == "positions":
+            raise CardError(
+                f"{folder / RESULTS}: a position sweep without its results record ({RECORD_KEY!r}): written by an "
+                "older rope-adapter; rerun `rope-adapter eval` and copy its results.json again"
+            )
+        if table is not None and all(t.to_dict() != table.to_dict() for _, t in tables):  # eval's own beside it
+            tables.append((RESULTS, table))
     return tables
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .worker import Worker
 
 from rope_adapter.scoring.logprobs import position_means
-from rope_adapter.scoring.paired import describe_difference, paired_difference
+from rope_adapter.scoring.paired import describe_difference, differences_by_position_and_record
 
 from .k_selection import select_k
 from .objective import answer_score
@@ -102,19 +102,21 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
     differences = {}
     for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
         if a in scores and b in scores:
-            differences[f"{a}-{b}"] = paired_difference(scores[a], scores[b], positions, ids, settings.seed)
+            differences[f"{a}-{b}"] = differences_by_position_and_record(
+                scores[a], scores[b], positions, ids, settings.seed
+            )
             if a in accuracy and b in accuracy:
-                differences[f"{a}-{b}"]["accuracy"] = paired_difference(
+                differences[f"{a}-{b}"]["accuracy"] = differences_by_position_and_record(
                     accuracy[a], accuracy[b], positions, ids, settings.seed
                 )
             if a in tf_accuracy and b in tf_accuracy:
-                differences[f"{a}-{b}"]["tf_accuracy"] = paired_difference(
+                differences[f"{a}-{b}"]["tf_accuracy"] = differences_by_position_and_record(
                     tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
                 )
             score_is_whole_logprob = settings.score == "logprob" and out["k"] is None
             if a in whole and b in whole and not score_is_whole_logprob:
                 # the first-k score can rise while copying the rest of the answer gets worse: check it here
-                differences[f"{a}-{b}"]["whole_answer"] = paired_difference(
+                differences[f"{a}-{b}"]["whole_answer"] = differences_by_position_and_record(
                     whole[a], whole[b], positions, ids, settings.seed
                 )
     out["differences"] = differences

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from rope_adapter.scoring.paired import paired_difference
+from rope_adapter.scoring.paired import differences_by_position_and_record
 from rope_adapter.writable import write_text_atomic
 
 from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
 from .report_md import markdown_summary
+from .results_record import holdout_table
 from .samplers import LEGACY_SAMPLER, describe_sampler
 
 if TYPE_CHECKING:
@@ -282,7 +283,7 @@ def build_report(
             if other is not None and other.get("sample_scores") and found.get("sample_scores"):
                 # a raced-out baseline was scored on a prefix of the records: pair on the records both have
                 n = min(len(found["sample_scores"]), len(other["sample_scores"]))
-                search_comparison[f"found-{name}"] = paired_difference(
+                search_comparison[f"found-{name}"] = differences_by_position_and_record(
                     np.array(found["sample_scores"][:n]),
                     np.array(other["sample_scores"][:n]),
                     positions[:n],
@@ -440,10 +441,8 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
     # the adapter folder carries what its model card shows, so that `rope-adapter push OUT/adapter` publishes it
     adapter = out / "adapter"
     carried = report.get("holdout") and (adapter / "adapter_config.json").is_file()
-    if carried:
-        from rope_adapter.scoring.results_table import ResultsTable
-
-        ResultsTable.from_search_holdout(_finite(report)).write(adapter)
+    if carried:  # the search's own results record (search/results_record.py)
+        holdout_table(_finite(report)).write(adapter)
     write_text_atomic(out / SUMMARY_NAME, markdown_summary(report))
     plots.plot_pareto(report, out / "pareto.png")
     plots.plot_factors(report, out / "factors.png")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rope_adapter.scoring.metrics import metric_title
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
 
@@ -82,8 +83,7 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
         lines += ["", f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)", ""]
         if any("tf_accuracy_by_position" in c for c in holdout["configs"].values()):
             lines += [
-                "Accuracy (teacher-forced: every answer token is the model's argmax, i.e. greedy decoding writes "
-                "the answer):",
+                f"{metric_title('tf_accuracy')}:",
                 "",
                 "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean |",
                 "|---" * (len(positions) + 2) + "|",
@@ -135,7 +135,7 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
                 f"{fmt(w['diff'], 3, sign=True)} ± {fmt(w['se_bootstrap'])} |"
             )
         if any("accuracy_by_position" in c for c in holdout["configs"].values()):
-            lines += ["", "Greedy accuracy (the benchmark's rule):", ""]
+            lines += ["", f"{metric_title('accuracy')}:", ""]
             for name, cfg in holdout["configs"].items():
                 if "accuracy_by_position" in cfg:
                     acc = cfg["accuracy_by_position"]

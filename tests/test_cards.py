@@ -11,7 +11,7 @@ from card_folders import FACTORS, factor_table, front_matter, make_adapter, make
 from rope_adapter.cli import main
 from rope_adapter.export.card import CardError, build_card
 from rope_adapter.export.card_data import public_base_model, public_json, public_text
-from rope_adapter.scoring.results_table import ResultsTable, ResultsTableError
+from rope_adapter.scoring.results_table import RECORD_KEY, ResultsTable, ResultsTableError
 
 
 def test_card_of_custom_code_export(tmp_path):
@@ -122,6 +122,22 @@ def test_results_table_round_trip_and_schema_version(tmp_path):
         ResultsTable.from_dict(newer)
     (folder / "results_table.json").write_text(json.dumps(newer))
     with pytest.raises(CardError, match="schema version 99"):
+        build_card(folder)
+
+
+def test_the_card_reads_only_the_record_a_results_json_carries(tmp_path):
+    """An eval results.json copied into a folder gives the card its record (RECORD_KEY) and nothing else: the
+    same card with every other key of it gone; one written without the record is refused, not skipped."""
+    folder = make_adapter(tmp_path / "adapter")
+    (folder / "results_table.json").unlink()
+    card = str(build_card(folder))
+    assert "## Evaluation (`rope-adapter eval`)" in card
+    data = json.loads((folder / "results.json").read_text())
+    (folder / "results.json").write_text(json.dumps({RECORD_KEY: data[RECORD_KEY]}))
+    assert str(build_card(folder)) == card
+    del data[RECORD_KEY]
+    (folder / "results.json").write_text(json.dumps(data))
+    with pytest.raises(CardError, match="without its results record"):
         build_card(folder)
 
 

@@ -72,6 +72,34 @@ def test_the_search_writes_what_the_card_needs_into_the_adapter_folder(written):
     assert found.cells["found"]["0"].mean == pytest.approx(report["holdout"]["configs"]["found"]["by_position"]["0"])
 
 
+def test_every_key_the_writers_write_reaches_the_record_or_is_named_as_left_out(written):
+    """The writers' builders are the only code that reads their outputs' keys: a key the held-out step or the
+    eval adds is in the record, or named as knowingly left out, or this test fails (it never misses the card
+    silently)."""
+    from rope_adapter.evaluate import results_record as eval_record
+    from rope_adapter.search import results_record as search_record
+
+    holdout = json.loads((written["adapter"].parent / "search_report.json").read_text())["holdout"]
+    sets = (search_record.HOLDOUT_KEYS, search_record.CONFIG_KEYS, search_record.DIFFERENCE_KEYS)
+    named = [s["shown"] | s["left out"] for s in sets]
+    assert set(holdout) <= named[0], set(holdout) - named[0]
+    for config in holdout["configs"].values():
+        assert set(config) <= named[1], set(config) - named[1]
+    for difference in holdout["differences"].values():
+        assert set(difference) <= named[2], set(difference) - named[2]
+    table = ResultsTable.read(written["adapter"])
+    shown = {m.name.split("@")[0] for m in table.metrics}
+    for metric, key, _, _ in search_record.LAYOUT:
+        if metric and metric != holdout["score"] and any(key in c for c in holdout["configs"].values()):
+            assert metric in shown, metric  # (the whole-answer log-prob is the score itself when the score is it)
+    data = json.loads((written["eval"] / "results.json").read_text())
+    assert set(data) <= eval_record.READS | eval_record.LEAVES_OUT, set(data) - eval_record.READS
+    record = ResultsTable.embedded_in(data)
+    assert record == ResultsTable.read(written["eval"])  # results.json carries the record results_table.json holds
+    assert [m.name for m in record.metrics] == data["metrics"] == ["accuracy", "tf_accuracy", "logprob"]
+    assert [v.name for v in record.variants] == [v["name"] for v in data["variants"]]
+
+
 def test_card_of_the_searched_adapter_carries_the_held_out_results(written):
     card = build_card(written["adapter"], repo_id="org/tiny-lrs")
     held_out = metrics_of(card)["held-out"]

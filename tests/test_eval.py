@@ -31,7 +31,7 @@ from rope_adapter.scoring.intervals import (
     Interval,
     bootstrap_interval,
     mean_interval,
-    paired_difference,
+    paired_t_interval,
     proportion_interval,
     t_quantile,
 )
@@ -132,11 +132,11 @@ def test_bootstrap_interval_matches_t_on_normal_data_and_respects_bounds_on_skew
         bootstrap_interval([1.0, 2.0], confidence=1.5)
 
 
-def test_paired_difference_verdicts():
-    assert paired_difference([1, 2, 3], [1, 2, 3]).verdict == "identical"
-    assert paired_difference([1.0, 1.1, 0.9, 1.05], [0, 0, 0, 0]).verdict == "better"
-    assert paired_difference([1.0, 1.1, 0.9, 1.05], [0, 0, 0, 0], higher_is_better=False).verdict == "worse"
-    assert paired_difference([0.1, -0.1, 0.05, -0.02], [0, 0, 0, 0]).verdict == "within noise"
+def test_paired_t_interval_verdicts():
+    assert paired_t_interval([1, 2, 3], [1, 2, 3]).verdict == "identical"
+    assert paired_t_interval([1.0, 1.1, 0.9, 1.05], [0, 0, 0, 0]).verdict == "better"
+    assert paired_t_interval([1.0, 1.1, 0.9, 1.05], [0, 0, 0, 0], higher_is_better=False).verdict == "worse"
+    assert paired_t_interval([0.1, -0.1, 0.05, -0.02], [0, 0, 0, 0]).verdict == "within noise"
 
 
 # ---------------------------------------------------------------------------------------------------- variants

@@ -10,9 +10,9 @@ from tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter.cli import main
 from rope_adapter.evaluate import EvalError, EvalSettings, run_eval
-from rope_adapter.scoring.intervals import difference_from_se, paired_difference
+from rope_adapter.scoring.intervals import difference_from_se, paired_t_interval
 from rope_adapter.scoring.numbers import fmt, fmt_interval
-from rope_adapter.scoring.paired import paired_difference as paired_by_record
+from rope_adapter.scoring.paired import differences_by_position_and_record
 from rope_adapter.scoring.results_table import t_difference
 
 
@@ -78,11 +78,11 @@ def test_one_paired_difference_rule_everywhere():
     a, b = rng.random(40), rng.random(40)
     positions = np.tile([0, 1, 2, 3], 10)
     ids = [f"r{i // 4}" for i in range(40)]
-    by_record = paired_by_record(a, b, positions, ids)
+    by_record = differences_by_position_and_record(a, b, positions, ids)
     # per position: the same t interval and verdict as the sample-level rule eval uses
     for p in range(4):
         mask = positions == p
-        direct = paired_difference(a[mask], b[mask])
+        direct = paired_t_interval(a[mask], b[mask])
         entry = by_record["by_position"][str(p)]
         assert entry["ci_low"] == pytest.approx(direct.low) and entry["ci_high"] == pytest.approx(direct.high)
         assert entry["verdict"] == direct.verdict
@@ -95,7 +95,7 @@ def test_one_paired_difference_rule_everywhere():
         )
     # the mean over positions pairs by record: the rule applied to the per-record means
     rec_a, rec_b = a.reshape(10, 4).mean(axis=1), b.reshape(10, 4).mean(axis=1)
-    direct = paired_difference(rec_a, rec_b)
+    direct = paired_t_interval(rec_a, rec_b)
     assert by_record["mean"]["ci_low"] == pytest.approx(direct.low)
     assert by_record["mean"]["n_records"] == 10 and by_record["mean"]["verdict"] == direct.verdict
 

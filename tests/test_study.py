@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from tiny_models import byte_tokenizer, tiny_model
 
-from rope_adapter.scoring.paired import paired_difference
+from rope_adapter.scoring.paired import differences_by_position_and_record
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
 from rope_adapter.scoring.tasks import KVRetrievalTask
 from rope_adapter.search import SearchError, SearchSettings, run_search
@@ -211,12 +211,12 @@ def test_truncated_targets_give_the_same_first_k_logprobs(tokenizer):
     np.testing.assert_allclose(cut.mean(4), full.mean(4), atol=1e-5, rtol=0)
 
 
-def test_paired_difference_statistics():
+def test_differences_by_position_and_record_statistics():
     positions = np.array([0, 1, 0, 1, 0, 1])
     ids = ["a", "a", "b", "b", "c", "c"]
     base = np.array([-1.0, -2.0, -1.0, -2.0, -1.0, -2.0])
     found = base + np.array([0.1, 0.3, 0.2, 0.3, 0.3, 0.3])
-    d = paired_difference(found, base, positions, ids)
+    d = differences_by_position_and_record(found, base, positions, ids)
     assert d["by_position"]["0"]["diff"] == pytest.approx(0.2)
     assert d["by_position"]["0"]["se"] == pytest.approx(np.std([0.1, 0.2, 0.3], ddof=1) / math.sqrt(3))
     assert d["by_position"]["1"]["se"] == pytest.approx(0.0)

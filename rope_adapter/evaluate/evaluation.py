@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from rope_adapter.scoring.generation import greedy_accuracy
-from rope_adapter.scoring.intervals import CONFIDENCE, Interval, paired_difference
+from rope_adapter.scoring.intervals import CONFIDENCE, Interval, paired_t_interval
 from rope_adapter.scoring.loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.loading import load_model as load_model
@@ -48,6 +48,7 @@ from rope_adapter.scoring.loading import load_tokenizer as load_tokenizer
 from rope_adapter.scoring.loading import resolve_device as resolve_device
 from rope_adapter.scoring.loading import resolve_dtype as resolve_dtype
 from rope_adapter.scoring.metrics import METRICS as METRICS  # re-exported: the CLI reads evaluation.METRICS
+from rope_adapter.scoring.results_table import ResultsTable
 from rope_adapter.scoring.shared_prefix import TokenizedTask, prepare, token_logprobs
 from rope_adapter.scoring.tasks import (
     Sample,
@@ -62,6 +63,7 @@ from rope_adapter.scoring.tasks import (
 from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
 from .results import SweepResults
+from .results_record import position_table
 
 # ---------------------------------------------------------------------------------------------------- samples
 
@@ -195,7 +197,7 @@ class PositionResults(SweepResults):
                 better = METRICS[metric]["higher_is_better"]
 
                 def diff(p: int | None, metric: str = metric, better: bool = better, name: str = name) -> dict:
-                    return paired_difference(
+                    return paired_t_interval(
                         self.values(name, metric, p),
                         self.values(self.reference, metric, p),
                         higher_is_better=better,
@@ -210,6 +212,10 @@ class PositionResults(SweepResults):
 
     def head(self) -> dict[str, Any]:
         return {"task": self.task, "metrics": self.metrics, "positions": self.positions}
+
+    def record(self, data: Mapping[str, Any]) -> ResultsTable:
+        """The results record of this sweep (:func:`~rope_adapter.evaluate.results_record.position_table`)."""
+        return position_table(data)
 
     def renderers(self) -> tuple[Callable[..., Path], Callable[..., str]]:
         from .plots import plot_positions

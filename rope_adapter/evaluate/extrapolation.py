@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rope_adapter.scoring.intervals import CONFIDENCE, mean_interval, paired_difference
+from rope_adapter.scoring.intervals import CONFIDENCE, mean_interval, paired_t_interval
 from rope_adapter.scoring.variants import AdapterPlan, Variant, describe_variant
 
 from .evaluation import EvalError, environment, iter_variants, make_task
@@ -222,7 +222,7 @@ class LengthResults(SweepResults):
         """Paired per-window log-likelihood differences from the reference (positive: the variant is better)."""
         return {
             name: {
-                str(n): paired_difference(
+                str(n): paired_t_interval(
                     self.window_loglik(name, n), self.window_loglik(self.reference, n), confidence=self.confidence
                 ).to_dict()
                 for n in self.lengths

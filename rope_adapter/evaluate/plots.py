@@ -18,7 +18,7 @@ from typing import Any
 
 import matplotlib
 
-from rope_adapter.scoring.metrics import METRICS
+from rope_adapter.scoring.metrics import METRICS, PROPORTIONS
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -94,7 +94,7 @@ def plot_positions(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Pat
         _lines(ax, positions, series)
         ax.set_ylabel(label)
         ax.set_title(METRICS[metric]["title"] if metric in METRICS else metric, fontsize=10)
-        if metric in ("accuracy", "tf_accuracy"):
+        if metric in PROPORTIONS:
             ax.set_ylim(-0.03, 1.03)
         if rows == 2:
             ax = axes[1][col]

@@ -1,5 +1,6 @@
 """What the evaluation's result sweeps share: ``results.json``'s layout and writing it with its Markdown and
-figure (and, for the position sweep, the typed results table the model card reads)."""
+figure (and, for the position sweep, the results record the model card reads: inside results.json and as
+``results_table.json``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.scoring.results_table import RECORD_KEY, ResultsTable
 from rope_adapter.writable import write_text_atomic
 
 
@@ -45,9 +47,14 @@ class SweepResults:
     def comparisons(self) -> dict[str, dict[str, Any]]:
         raise NotImplementedError
 
+    def record(self, data: Mapping[str, Any]) -> ResultsTable | None:
+        """The results record this sweep's writer builds from ``data`` (results.json without its rows); None for
+        a sweep without one."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        """What results.json holds."""
-        return {
+        """What results.json holds (with the sweep's results record under ``RECORD_KEY``, when it has one)."""
+        data: dict[str, Any] = {
             "kind": self.KIND,
             **self.head(),
             "confidence": self.confidence,
@@ -56,8 +63,12 @@ class SweepResults:
             "variants": self.variants,
             "summary": self.summary(),
             "comparisons": self.comparisons(),
-            self.ROWS_KEY: self.rows,
         }
+        record = self.record(data)
+        if record is not None:
+            data[RECORD_KEY] = record.to_dict()
+        data[self.ROWS_KEY] = self.rows
+        return data
 
     def write(self, out_dir: str | os.PathLike[str], *, plot: bool = True) -> dict[str, Path]:
         """Write results.json, results.md and (with ``plot``) the sweep's figure into ``out_dir``."""
@@ -77,7 +88,8 @@ def write_results(
     plot_name: str,
     plot: bool = True,
 ) -> dict[str, Path]:
-    """Write ``data`` as results.json, its Markdown as results.md and (with ``plot``) its figure ``plot_name``."""
+    """Write ``data`` as results.json, its Markdown as results.md, (with ``plot``) its figure ``plot_name`` and
+    the results record it carries as results_table.json."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "results.json", "markdown": out / "results.md"}
@@ -85,8 +97,7 @@ def write_results(
     if plot:
         paths["plot"] = plot_fn(data, out / plot_name)
     write_text_atomic(paths["markdown"], markdown_fn(data, plot_name=plot_name if plot else None))
-    if data.get("kind") == "positions":  # the typed table the model card and the demo report read
-        from rope_adapter.scoring.results_table import ResultsTable
-
-        paths["table"] = ResultsTable.from_eval_results(data).write(out)
+    table = ResultsTable.embedded_in(data)  # the record the model card and the demo report read
+    if table is not None:
+        paths["table"] = table.write(out)
     return paths

@@ -6,8 +6,8 @@ variants, statistics and the typed results table.
 - :mod:`.shared_prefix`: teacher-forced log-probabilities and accuracy with one forward pass per shared prefix;
 - :mod:`.generation`: greedy decoding judged by the task's rule;
 - :mod:`.variants`: ``base``, ``uniform:S``, ``adapter:DIR`` ... as models to compare;
-- :mod:`.intervals`, :mod:`.paired`, :mod:`.metrics`: intervals and paired differences;
-- :mod:`.results_table`: the typed "variants x gold positions" table that search and eval write and cards read.
+- :mod:`.intervals`, :mod:`.paired`: intervals and paired differences; :mod:`.metrics`: the one metric table;
+- :mod:`.results_table`: the typed "variants x gold positions" record that search and eval build and cards read.
 
 Nothing here knows Optuna or the Hub; the modules load torch and transformers only where they need them.
 """

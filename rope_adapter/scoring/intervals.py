@@ -3,7 +3,7 @@
 - :func:`mean_interval`: Student-t interval of a mean (gold log-probabilities, per-window log-likelihoods).
 - :func:`proportion_interval`: Wilson score interval of a proportion (greedy accuracy); it always contains the
   observed proportion and stays inside [0, 1], also at 0 % and 100 %.
-- :func:`paired_difference`: the t interval of the per-sample differences between two variants scored on the
+- :func:`paired_t_interval`: the t interval of the per-sample differences between two variants scored on the
   same samples, and a verdict: "identical", "within noise" (the interval includes 0), "better" or "worse".
 - :func:`bootstrap_interval`: a seeded percentile bootstrap interval of a mean (no normality assumption), the
   check beside the t interval when the values are a few dozen per-record differences of 0/1 accuracies.
@@ -204,7 +204,7 @@ def difference_from_se(
     return Difference(float(diff), low, high, int(n), verdict)
 
 
-def paired_difference(
+def paired_t_interval(
     values: Sequence[float] | np.ndarray,
     reference: Sequence[float] | np.ndarray,
     *,

@@ -1,7 +1,7 @@
 """Paired differences of per-sample scores between two configurations scored on the same held-out samples.
 
 Per position and for the mean, the interval and verdict come from the project's one rule,
-:func:`rope_adapter.scoring.intervals.paired_difference` (Student-t over the paired differences), the rule
+:func:`rope_adapter.scoring.intervals.paired_t_interval` (Student-t over the paired differences), the rule
 ``rope-adapter eval`` uses too:
 
 - per gold position: mean difference of the per-sample scores, ``se = sd(d) / sqrt(n)``, its 95 % interval;
@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .intervals import bootstrap_interval
-from .intervals import paired_difference as t_paired
+from .intervals import bootstrap_interval, paired_t_interval
 from .numbers import fmt, fmt_interval
 
 BOOTSTRAP_SAMPLES = 2000
@@ -34,11 +33,11 @@ def _se(values: np.ndarray) -> float | None:
 
 def _entry(diff: np.ndarray, count_key: str = "n") -> dict[str, Any]:
     """diff, se, the t interval and verdict of paired differences (one per sample or per record)."""
-    d = t_paired(diff, np.zeros_like(diff))
+    d = paired_t_interval(diff, np.zeros_like(diff))
     return {"diff": d.mean, "se": _se(diff), count_key: d.n, "ci_low": d.low, "ci_high": d.high, "verdict": d.verdict}
 
 
-def paired_difference(
+def differences_by_position_and_record(
     a: np.ndarray,
     b: np.ndarray,
     positions: np.ndarray,
