@@ -12,7 +12,8 @@ teacher-forced pass each, and computes from the same pass every candidate score 
 
 Each candidate is averaged over gold positions (the search's "mean" objective) and ranked against the held-out
 teacher-forced accuracy (mean over positions) with Spearman's rho and Kendall's tau over trials, with a bootstrap
-interval over trials. Writes ``score_ranking.json`` and ``score_ranking.md`` in ``--out``.
+interval over trials. Writes ``score_ranking.json`` and ``score_ranking.md`` in ``--out``; each re-scored trial is
+appended to ``trials.jsonl`` there as it ends, and a rerun of the same command scores only the missing ones.
 
     .venv/bin/python benchmarks/score_ranking.py --storage sqlite:///benchmarks/results/search_smollm2_10pairs/study.db \\
         --trials 24 --out benchmarks/results/score_ranking_smollm2_10pairs -- <the study's search flags>
@@ -92,14 +93,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperatures", type=float, nargs="+", default=[0.25, 0.5, 1.0, 2.0, 4.0])
     p.add_argument("--clips", type=float, nargs="+", default=[1.0, 3.0])
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--report-only", action="store_true", help="score nothing: report the trials scored so far")
     args, settings = parse_with_search_flags(p, argv)
     study = optuna.load_study(study_name=args.study, storage=args.storage)
     trials = pick_trials(study, args.trials)
     worker = make_worker(settings, 0, with_holdout=True)
     search_pos, held_pos = worker.search.positions, worker.holdout.positions
-    rows = []
+    args.out.mkdir(parents=True, exist_ok=True)
+    done_file = args.out / "trials.jsonl"  # one row per re-scored trial, appended as it ends: a rerun resumes
+    done = {}
+    if done_file.is_file():
+        for line in done_file.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                done[row["trial"]] = row
+    rows = [done[t.number] for t in trials if t.number in done]
     start = time.perf_counter()
-    for t in tqdm(trials, desc="trials", file=sys.stderr):
+    # bit-reversed order: a run stopped early has still scored trials spread over the whole range of means
+    order = sorted(range(len(trials)), key=lambda i: f"{i:016b}"[::-1])
+    todo = [] if args.report_only else [trials[i] for i in order if trials[i].number not in done]
+    for t in tqdm(todo, desc="trials", file=sys.stderr):
         factors = t.user_attrs[TRIAL_ATTR]["factors"]
         search = worker.evaluator.score(factors, worker.search, keep_logprobs=True).logprobs
         held = worker.evaluator.score(factors, worker.holdout, keep_logprobs=True).logprobs
@@ -115,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                 "holdout_tf_accuracy_by_position": {str(k): v for k, v in held_acc.items()},
             }
         )
+        with open(done_file, "a") as handle:
+            handle.write(json.dumps(rows[-1]) + "\n")
+    if len(rows) < 3:
+        print(f"{len(rows)} trials scored so far: too few to rank")
+        return 1
     target = np.array([r["holdout_tf_accuracy"] for r in rows])
     names = list(rows[0]["search"])
     agreement = {n: rank_agreement(np.array([r["search"][n] for r in rows]), target) for n in names}
@@ -126,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         "agreement": agreement,
         "trials": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "score_ranking.json").write_text(json.dumps(data, indent=1) + "\n")
     best = max(agreement, key=lambda n: agreement[n]["spearman"])
     lines = [
