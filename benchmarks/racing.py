@@ -25,11 +25,12 @@ from pathlib import Path
 
 from machine_info import environment
 
+from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.search import SearchSettings, run_search
-from rope_adapter.search.objective import position_means
 from rope_adapter.search.report import choose, trial_record
-from rope_adapter.search.study import make_worker, open_storage
+from rope_adapter.search.storage import open_storage
+from rope_adapter.search.worker import make_worker
 
 
 def summarise(report: dict, out_dir: str, chosen_trial: int | None) -> dict:

@@ -42,7 +42,7 @@ def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
     import numpy as np
 
     from rope_adapter.scoring import shared_prefix as scoring
-    from rope_adapter.search.study import make_worker
+    from rope_adapter.search.worker import make_worker
 
     worker = make_worker(settings, 0, with_holdout=False)
     task = worker.search

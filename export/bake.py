@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
 from peft import PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
 
@@ -41,10 +42,9 @@ from rope_adapter.standalone.codegen import write_code
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
-from .reading import SIDECAR_NAME, read_exported_factors  # noqa: F401 - re-exported
-from .staging import (  # ExportVerificationError and probe_input_ids are re-exported here
+from .reading import SIDECAR_NAME
+from .staging import (
     ExportError,
-    ExportVerificationError,  # noqa: F401
     check_export_options,
     make_temporary,
     publish,
@@ -52,7 +52,7 @@ from .staging import (  # ExportVerificationError and probe_input_ids are re-exp
     remove_stale_temporaries,
     sigterm_as_interrupt,
 )
-from .verify import PROBE_SEED, probe_input_ids, verify_export  # noqa: F401 - re-exported
+from .verify import verify_export
 from .weights import check_weight_files
 
 logger = logging.getLogger(__name__)
@@ -268,8 +268,6 @@ def _hub_files(ref: str | None) -> Path | None:
     if not ref or Path(ref).expanduser().exists():
         return None
     try:
-        from huggingface_hub import snapshot_download
-
         return Path(snapshot_download(ref, allow_patterns=list(COPIED_FILE_PATTERNS)))
     except Exception as exc:  # noqa: BLE001 - the export still works; the user is told what is missing
         logger.warning("cannot fetch the tokenizer files of %s (%s): the export will lack them", ref, exc)

@@ -1,7 +1,7 @@
 """What a model card is made of, read and checked from one adapter or exported-model folder.
 
 Reading goes through the core's readers: :func:`rope_adapter.read_adapter_factors` for an adapter (config and
-safetensors checked against each other) and :func:`rope_adapter.export.bake.read_exported_factors` for an export.
+safetensors checked against each other) and :func:`rope_adapter.export.reading.read_exported_factors` for an export.
 Results come only as the writers' record, :class:`~rope_adapter.scoring.results_table.ResultsTable`: from
 ``results_table.json`` (the search writes it into ``OUT/adapter``, ``eval`` into its folder) and from the record
 an ``eval`` ``results.json`` placed in the folder carries (no other key of that file is read).
@@ -20,7 +20,8 @@ from typing import Any, Literal
 from rope_adapter import read_adapter_factors
 from rope_adapter.embedded import embedded_hub_id
 from rope_adapter.errors import LrsError
-from rope_adapter.export.bake import SIDECAR_NAME, ExportError, read_exported_factors
+from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
+from rope_adapter.export.staging import ExportError
 from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [

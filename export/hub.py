@@ -30,9 +30,9 @@ from huggingface_hub.errors import (
 from rope_adapter.errors import LrsError
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME
 
-from .bake import SIDECAR_NAME
-from .card import CardError, read_folder, render_card
-from .card_data import FolderInfo, public_json
+from .card import render_card
+from .card_data import CardError, FolderInfo, public_json, read_folder
+from .reading import SIDECAR_NAME
 
 _REPO_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")
 """NAME or ORG/NAME as the Hub spells repo ids."""

@@ -9,6 +9,7 @@ turned into an interruption while an export runs, so the temporary folder is rem
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import math
 import os
@@ -20,6 +21,8 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+
+from huggingface_hub.serialization._base import parse_size_to_int
 
 from rope_adapter.errors import LrsError
 
@@ -103,8 +106,6 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def die_with_parent() -> None:
     """``preexec_fn`` of the verification child: on Linux it gets SIGKILL when the export process dies."""
     with contextlib.suppress(Exception):
-        import ctypes
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
@@ -119,8 +120,6 @@ def check_export_options(atol: float | None, max_shard_size: int | str | None) -
         return None
     if isinstance(max_shard_size, str) and max_shard_size.strip().isdigit():
         max_shard_size = int(max_shard_size)
-    from huggingface_hub.serialization._base import parse_size_to_int
-
     try:
         size = parse_size_to_int(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size)
     except (ValueError, TypeError) as exc:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from safetensors import safe_open
+
 from .staging import ExportError
 
 
 def check_weight_files(folder: Path) -> None:
     """:class:`ExportError` when a local base model folder has no weights, or a safetensors file whose header is
     damaged or does not cover its data (a truncated download), before any weights are loaded."""
-    from safetensors import safe_open
-
     weights = sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
     if not weights:
         raise ExportError(

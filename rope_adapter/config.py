@@ -14,6 +14,7 @@ import torch
 from peft.config import PeftConfig
 from safetensors import SafetensorError
 from safetensors.torch import load_file
+from transformers.utils import cached_file
 
 from .errors import AdapterFileError, InvalidFactorsError, LrsError
 from .factors import check_factors_tensor, validate_factors
@@ -201,9 +202,7 @@ def _adapter_file(path_or_repo: str | os.PathLike, filename: str, **hub_kwargs: 
     text = str(path_or_repo)
     if path.is_absolute() or text.startswith(".") or text.count("/") > 1 or "\\" in text:
         raise AdapterFileError(f"{text}: no such adapter folder (and not a Hub repo id of the form org/name)")
-    from transformers.utils import cached_file  # a repo id, resolved like transformers and PEFT do
-
-    try:
+    try:  # a repo id, resolved like transformers and PEFT do
         return Path(cached_file(text, filename, **hub_kwargs))
     except Exception as exc:  # noqa: BLE001 - one clear line for any download failure
         raise AdapterFileError(

@@ -19,7 +19,7 @@ from converting at once. The cache is ``$ROPE_ADAPTER_CACHE``, else ``$XDG_CACHE
 The weights are the quantised ones, dequantised: close to, but not bit-identical with, the original checkpoints
 on the Hub (each entry's ``hub_id``).
 
-This module imports neither optuna nor any Hub upload code, and transformers only when a model is built.
+This module imports neither optuna nor any Hub upload code.
 """
 
 from __future__ import annotations
@@ -36,16 +36,16 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.utils.quantization_config import GgufConfig
 
 from .embedded_models import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2, EmbeddedModel, WheelPart, find_embedded
 from .errors import LrsError
 from .hub_cache import hub_copy_cached, hub_offline
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -127,7 +127,7 @@ def _offline_hint(spec: EmbeddedModel, cache: Path) -> str:
 def _locked(cache: Path, progress: bool) -> Iterator[None]:
     """Hold ``<cache>/.lock`` exclusively (POSIX); a second process waits for the first to finish."""
     try:
-        import fcntl
+        import fcntl  # POSIX only: kept here so that the module imports on Windows
     except ImportError:  # Windows: no advisory lock, the atomic renames still keep the cache consistent
         yield
         return
@@ -345,9 +345,6 @@ def _folder_is_complete(spec: EmbeddedModel, folder: Path) -> bool:
 
 def _convert(spec: EmbeddedModel, gguf: Path, out: Path) -> None:
     """Dequantise ``gguf`` to a float32 transformers folder ``out`` (model, tokenizer, chat template)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils.quantization_config import GgufConfig
-
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent,
         gguf_file=gguf.name,
@@ -362,8 +359,6 @@ def _convert(spec: EmbeddedModel, gguf: Path, out: Path) -> None:
 
 
 def _write_marker(spec: EmbeddedModel, out: Path) -> None:
-    import transformers
-
     marker = {
         "name": spec.name,
         "hub_id": spec.hub_id,
@@ -479,8 +474,6 @@ def load_embedded(
     model: EmbeddedModel | str | None = None, dtype: torch.dtype = torch.float32, *, progress: bool = True
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) of an embedded model (default: SmolLM2) from :func:`model_dir`, in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     spec = _spec(model)
     folder = default_model_dir(progress=progress) if spec.name == DEFAULT_MODEL else model_dir(spec, progress)
     loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)

@@ -17,7 +17,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 import rope_adapter  # noqa: F401 - registers the PEFT type "LRS" before lm_eval loads any adapter
+from rope_adapter.embedded import resolve_model_path
 from rope_adapter.errors import LrsError
 
 PROG = "rope-adapter-lm-eval"
@@ -31,7 +36,7 @@ class HarnessMissingError(LrsError, ImportError):
 def _require_lm_eval() -> Any:
     """The imported ``lm_eval`` package, or :class:`HarnessMissingError` saying how to install it."""
     try:
-        import lm_eval
+        import lm_eval  # an optional extra: imported only here
     except ImportError as exc:
         raise HarnessMissingError(
             f"lm-evaluation-harness is not installed (import lm_eval failed: {exc}). Install it with: {INSTALL_HINT}"
@@ -43,7 +48,7 @@ def _cli_entry() -> Any:
     """lm_eval's console-script function (``lm_eval.__main__:cli_evaluate`` in 0.4.x); it reads ``sys.argv``."""
     _require_lm_eval()
     try:
-        from lm_eval.__main__ import cli_evaluate
+        from lm_eval.__main__ import cli_evaluate  # an optional extra, like lm_eval above
     except ImportError as exc:
         raise HarnessMissingError(
             f"this lm_eval has no lm_eval.__main__.cli_evaluate ({exc}); rope-adapter needs lm_eval 0.4.x: "
@@ -101,12 +106,7 @@ def hflm(
     Unlike ``--model_args peft=...``, the model's embeddings are never resized to the tokenizer's length.
     """
     _require_lm_eval()
-    import torch
-    from lm_eval.models.huggingface import HFLM
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rope_adapter.embedded import resolve_model_path
+    from lm_eval.models.huggingface import HFLM  # lm_eval is an optional extra
 
     base_path = resolve_model_path(base)
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype="auto" if dtype is None else dtype)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
+from peft.utils import register_peft_method
+
 from .config import LrsConfig
 from .model import LrsModel
 from .peft_type import LRS_PEFT_TYPE, NAME
@@ -10,9 +13,6 @@ from .saving import install as install_atomic_save
 
 def register() -> None:
     """Register config and tuner with PEFT, and save LRS adapter weights atomically (idempotent)."""
-    from peft.mapping import PEFT_TYPE_TO_CONFIG_MAPPING
-    from peft.utils import register_peft_method
-
     install_atomic_save()  # adapter_model.safetensors through a temporary file, as adapter_config.json
     if LRS_PEFT_TYPE in PEFT_TYPE_TO_CONFIG_MAPPING:
         return

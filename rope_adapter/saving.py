@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import peft.peft_model as peft_model
+
 from .peft_type import LRS_PEFT_TYPE
 
 FACTORS_KEY_SUFFIX = "lrs_factors"
@@ -122,8 +124,6 @@ def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
 def install() -> None:
     """Wrap PEFT's ``safe_save_file`` with :func:`atomic_save_file` and ``PeftModel.create_or_update_model_card``
     with :func:`atomic_model_card` (idempotent)."""
-    import peft.peft_model as peft_model
-
     if not getattr(peft_model.safe_save_file, "_lrs_atomic", False):
         peft_model.safe_save_file = atomic_save_file(peft_model.safe_save_file)
     card = peft_model.PeftModel.create_or_update_model_card

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -73,8 +74,6 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 
 def savefig_atomic(fig: object, path: str | os.PathLike[str], **kwargs: object) -> None:
     """``fig.savefig`` through a temporary file and a rename (the format from ``path``'s suffix)."""
-    import io
-
     buffer = io.BytesIO()
     fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **kwargs)  # type: ignore[attr-defined]
     write_bytes_atomic(path, buffer.getvalue())

@@ -6,16 +6,18 @@ same from the command line. The heavy modules (torch, transformers, optuna) load
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .study import SearchError, SearchResult, SearchSettings, run_search
+    from .settings import SearchError, SearchSettings
+    from .study import SearchResult, run_search
     from .transfer import copy_trials
 
-_LAZY = {
-    "SearchError": "study",
+_LAZY = {  # the public API, each name from the module that defines it
+    "SearchError": "settings",
     "SearchResult": "study",
-    "SearchSettings": "study",
+    "SearchSettings": "settings",
     "run_search": "study",
     "copy_trials": "transfer",
 }
@@ -27,6 +29,4 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
     return getattr(import_module(f".{module}", __name__), name)

@@ -22,6 +22,8 @@ from typing import Literal
 
 import numpy as np
 
+from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
+
 XMode = Literal["fixed", "free"]
 X_MODES: tuple[str, ...] = ("fixed", "free")
 _X_TOL = 1e-9
@@ -247,8 +249,6 @@ class BezierSpace:
             raise ValueError(f"s_min must be smaller than s_max, got s_min={self.s_min}, s_max={self.s_max}")
         if self.s_min <= 0:
             raise ValueError(f"s_min must be positive (factors divide inv_freq), got {self.s_min}")
-        from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
-
         if self.s_min < FACTOR_MIN or self.s_max > FACTOR_MAX:
             raise ValueError(
                 f"s_min and s_max must lie in the adapter's factor range [{FACTOR_MIN:g}, {FACTOR_MAX:g}], got "

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +30,14 @@ from rope_adapter.writable import write_text_atomic
 
 from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
+from .racing import stage_ends
 from .report_md import markdown_summary
 from .results_record import holdout_table
 from .samplers import LEGACY_SAMPLER, describe_sampler
+from .settings import SearchSettings, settings_dict
+from .storage import BASELINE_ATTR, TRIAL_ATTR
 
 if TYPE_CHECKING:
-    from .settings import SearchSettings
     from .worker import Worker
 
 
@@ -44,8 +48,6 @@ if TYPE_CHECKING:
 
 def trial_record(trial: Any) -> dict[str, Any]:
     """A plain dict of an Optuna trial (FrozenTrial) of this search."""
-    from .storage import BASELINE_ATTR, TRIAL_ATTR
-
     info = dict(trial.user_attrs.get(TRIAL_ATTR) or {})
     constraints = info.get("constraints")
     evaluated = bool(info.get("evaluated")) and trial.state.name == "COMPLETE"
@@ -218,8 +220,6 @@ def build_report(
     trials_this_run: int,
 ) -> dict[str, Any]:
     """Everything about the study except the held-out results (see :func:`add_holdout`)."""
-    from .settings import settings_dict
-
     spec = settings.objective_spec()
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
     found, best_uniform, base = choose(records, spec, settings.select)
@@ -231,8 +231,6 @@ def build_report(
     ends = [r["datetime_complete"] for r in complete if r["datetime_complete"]]
     span = None
     if starts and ends:
-        from datetime import datetime
-
         span = (datetime.fromisoformat(max(ends)) - datetime.fromisoformat(min(starts))).total_seconds()
     n_samples = len(worker.search)
     timing = {
@@ -331,8 +329,6 @@ def build_report(
 
 def racing_summary(records: Sequence[Mapping[str, Any]], settings: SearchSettings) -> dict[str, Any]:
     """How many search records (prefix forward passes) the trials scored, against scoring every trial in full."""
-    from .racing import stage_ends
-
     scored = [r for r in records if r["evaluated"] and r["duplicate_of"] is None and r.get("records_scored")]
     used = sum(int(r["records_scored"]) for r in scored)
     full = len(scored) * settings.search_records
@@ -433,7 +429,7 @@ def _finite(obj: Any) -> Any:
 def write_outputs(report: dict[str, Any], out: Path) -> Path:
     """Write ``search_report.json`` (first, so that a plotting problem cannot lose it), the Markdown summary and
     the figures; returns the JSON path."""
-    from . import plots
+    from . import plots  # matplotlib (about 0.5 s) loads only when the outputs are written
 
     out = Path(out)
     path = out / REPORT_NAME
@@ -449,8 +445,6 @@ def write_outputs(report: dict[str, Any], out: Path) -> Path:
     if report.get("holdout"):
         plots.plot_positions(report, out / "positions.png")
     if carried:
-        import shutil
-
         for name in ("factors.png", "positions.png"):
             if (out / name).is_file():
                 shutil.copyfile(out / name, adapter / name)

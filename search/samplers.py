@@ -31,6 +31,8 @@ import hashlib
 import warnings
 from typing import Any
 
+import optuna
+
 SAMPLERS: dict[str, str] = {
     "nsga2": "NSGA-II (the paper's; for hundreds of trials)",
     "gp": "Gaussian process with constraints (Optuna's choice below a few hundred trials)",
@@ -65,8 +67,6 @@ def describe_sampler(name: str, population: int) -> str:
 
 def build_sampler(name: str, *, seed: int, population: int) -> Any:
     """The Optuna sampler ``name`` (one of :data:`SAMPLERS`), seeded."""
-    import optuna
-
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(population_size=population, seed=seed)
     if name == "gp":

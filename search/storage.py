@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import optuna
 
+from rope_adapter.embedded import find_embedded
 from rope_adapter.writable import unwritable_reason
 
 from .bezier import BezierSpace
@@ -52,8 +54,6 @@ def _file_identity(path: str | os.PathLike[str] | None) -> dict[str, Any] | None
 def model_identity(name: str) -> Any:
     """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
     machines with other paths to the same model can share a study), anything else by its name."""
-    from rope_adapter.embedded import find_embedded
-
     path = Path(name).expanduser()
     embedded = find_embedded(name)
     if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
@@ -153,8 +153,6 @@ def _differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
 def _quiet_optuna() -> Iterator[None]:
     """Silence Optuna's per-trial INFO logs and its experimental warnings for the calls we rely on (heartbeats
     and the retry callback are marked experimental)."""
-    import optuna
-
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -171,7 +169,7 @@ SCHEMA_ATTEMPTS = 5
 def _schema_race(exc: BaseException) -> bool:
     """True for the errors of two processes creating one fresh database's Optuna schema at once: both insert the
     schema's version row (a unique-constraint error in the later one) or one finds the tables half-made."""
-    from sqlalchemy.exc import IntegrityError, OperationalError
+    from sqlalchemy.exc import IntegrityError, OperationalError  # not at the top: 0.3 s, see open_storage
 
     return isinstance(exc, IntegrityError) or (
         isinstance(exc, OperationalError) and ("already exists" in str(exc) or "no such table" in str(exc))
@@ -181,8 +179,7 @@ def _schema_race(exc: BaseException) -> bool:
 def open_storage(url: str, heartbeat: int = 30) -> Any:
     """Connect to an Optuna RDB storage (heartbeat on, failed trials retried); :class:`SearchError` if it cannot
     be reached. SQLite files get a 60 s lock timeout so that several local workers can share one."""
-    import optuna
-    from sqlalchemy.engine import make_url
+    from sqlalchemy.engine import make_url  # not at the top: sqlalchemy adds 0.3 s to every CLI command
     from sqlalchemy.exc import ArgumentError
 
     shown = redact_url(url)
@@ -269,8 +266,6 @@ def _legacy_weights(stored: Any, current: Any) -> Any:
 
 def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -> bool:
     """True when the study exists (with equal settings); :class:`SearchError` when it exists with others."""
-    import optuna
-
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
@@ -326,8 +321,6 @@ def create_or_load_study(
 
     Only the process that creates the study enqueues the baselines, so concurrent starters do not duplicate them.
     """
-    import optuna
-
     try:
         study = optuna.create_study(storage=storage, study_name=name, directions=list(directions))
     except optuna.exceptions.DuplicatedStudyError:
@@ -399,8 +392,7 @@ def storage_failure(exc: BaseException, shown_url: str, *, during_search: bool =
     (or ``UnboundLocalError``) raised inside Optuna itself, which is what ``study.optimize`` raises when a trial's
     result cannot be written (its bookkeeping asserts "Should not reach." over the real error). The message names
     the deepest storage error of the chain (SQLite's own words) and, on a full disk, the fix."""
-    import optuna
-    from sqlalchemy.exc import SQLAlchemyError
+    from sqlalchemy.exc import SQLAlchemyError  # not at the top: sqlalchemy adds 0.3 s to every CLI command
 
     kinds = (OSError, SQLAlchemyError, optuna.exceptions.StorageInternalError)
     internal = isinstance(exc, (AssertionError, UnboundLocalError)) and _raised_inside(

@@ -33,103 +33,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .data import DEFAULT_PERPLEXITY_TEXT, build_task, load_split, perplexity_text_path
-from .objective import (
-    FactorConstraints,
-)
+import optuna
+
+from . import report as report_mod
+from .data import load_split, perplexity_text_path
+from .holdout import add_holdout
+from .objective import FactorConstraints
 from .outputs import check_own_outputs
-from .settings import (
-    DEFAULT_UNIFORM,
-    SearchError,
-    SearchSettings,
-    public_storage,
-    redact_url,
-    settings_default,
-    settings_dict,
-    settings_help,
-)
+from .settings import SearchError, SearchSettings, public_storage, redact_url
 from .storage import (
-    BASELINE_ATTR,
-    FINGERPRINT_VERSION,
-    SETTINGS_ATTR,
-    TRIAL_ATTR,
     _quiet_optuna,
-    baseline_params,
     check_existing_study,
     check_writable,
     create_or_load_study,
-    model_identity,
     open_storage,
     output_errors,
     storage_errors,
     study_fingerprint,
 )
-from .trial import (
-    MAX_REPEATS_IN_ROW,
-    _complete_trials,
-    _Progress,
-    _worker_entry,
-    constraint_names,
-    make_objective,
-    make_sampler,
-    record_constraints,
-    records_scored,
-    run_worker,
-)
+from .trial import _complete_trials, _Progress, _worker_entry, constraint_names, run_worker
 from .worker import (
     Worker,
     check_prompt_lengths,
     check_record_size,
-    load_model,
     make_worker,
     read_num_layers,
-    recorded_base,
     resolve_device,
     resolve_dtype,
 )
 
-__all__ = [
-    "BASELINE_ATTR",
-    "DEFAULT_PERPLEXITY_TEXT",
-    "DEFAULT_UNIFORM",
-    "FINGERPRINT_VERSION",
-    "MAX_REPEATS_IN_ROW",
-    "SETTINGS_ATTR",
-    "SearchError",
-    "SearchResult",
-    "SearchSettings",
-    "TRIAL_ATTR",
-    "Worker",
-    "baseline_params",
-    "build_task",
-    "check_existing_study",
-    "check_search",
-    "check_stored_study",
-    "constraint_names",
-    "create_or_load_study",
-    "load_model",
-    "load_split",
-    "make_objective",
-    "make_sampler",
-    "make_worker",
-    "model_identity",
-    "open_storage",
-    "perplexity_text_path",
-    "read_num_layers",
-    "record_constraints",
-    "recorded_base",
-    "records_scored",
-    "redact_url",
-    "resolve_device",
-    "resolve_dtype",
-    "run_search",
-    "run_worker",
-    "save_adapter",
-    "settings_default",
-    "settings_dict",
-    "settings_help",
-    "study_fingerprint",
-]
+__all__ = ["SearchResult", "check_search", "check_stored_study", "run_search", "save_adapter"]
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +103,7 @@ def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any 
 def check_stored_study(settings: SearchSettings) -> None:
     """When the settings' SQLite study file exists already, check that its study (if it holds one of this name)
     has equal settings (:class:`SearchError` otherwise), so that a resumed run is refused before other work."""
-    from sqlalchemy.engine import make_url
+    from sqlalchemy.engine import make_url  # not at the top: sqlalchemy adds 0.3 s to every CLI command
 
     url = settings.storage_url()
     parsed = make_url(url)
@@ -193,9 +126,6 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     Raises:
         SearchError: bad input (before any heavy work).
     """
-    from . import report as report_mod
-    from .holdout import add_holdout
-
     started = time.time()
     deadline = started + settings.budget if settings.budget is not None else None
     check_search(settings, model=model, tokenizer=tokenizer)
@@ -242,7 +172,6 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
             while not ready.wait(timeout=1.0) and process.is_alive():
                 pass
         go.set()
-    import optuna
 
     with _quiet_optuna():
         done_before = len(_complete_trials(optuna.load_study(study_name=settings.study, storage=storage)))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import optuna
+
 from .settings import SearchError, SearchSettings, redact_url
 from .storage import (
     BASELINE_ATTR,
@@ -43,8 +45,6 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
     Returns ``{"copied": n, "skipped": [trial numbers], "enqueued": [uniform values]}``. Refuses (:class:`SearchError`,
     nothing written) a target study that exists, or a source made with other settings.
     """
-    import optuna
-
     fingerprint = study_fingerprint(settings, dtype)
     target_url = settings.storage_url()
     with _quiet_optuna():

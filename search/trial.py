@@ -13,11 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import optuna
+from tqdm.auto import tqdm
 
-from .objective import (
-    perplexity_constraint,
-    position_means,
-)
+from rope_adapter.scoring.logprobs import position_means
+
+from .objective import perplexity_constraint
 from .racing import estimated_by_position, paired_check, record_scores
 from .samplers import build_sampler, sampler_seed
 from .settings import SearchSettings, redact_url
@@ -184,8 +185,6 @@ MAX_REPEATS_IN_ROW = 20
 
 def _scored_twin(trial: Any, params: dict[str, float]) -> Any | None:
     """An earlier finished, scored trial with exactly these parameters (scoring is deterministic)."""
-    import optuna
-
     for other in trial.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         if other.params == params and (other.user_attrs.get(TRIAL_ATTR) or {}).get("evaluated"):
             return other
@@ -195,8 +194,6 @@ def _scored_twin(trial: Any, params: dict[str, float]) -> Any | None:
 def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start: float) -> tuple[float, ...]:
     """A proposal equal to an earlier scored trial: pruned (not counted in ``trials``, no forward pass), or after
     :data:`MAX_REPEATS_IN_ROW` such prunes, finished with the earlier trial's values."""
-    import optuna
-
     worker.repeats_in_row += 1
     earlier = prior.user_attrs[TRIAL_ATTR]
     info.update(duplicate_of=prior.number, constraints=list(earlier["constraints"]))
@@ -229,8 +226,6 @@ def make_sampler(worker: Worker, existing_trials: int) -> tuple[Any, int]:
 
 
 def _complete_trials(study: Any) -> list[Any]:
-    import optuna
-
     return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
@@ -238,8 +233,6 @@ class _Progress:
     """A tqdm bar over finished trials with the best scores so far (feasible, evaluated trials)."""
 
     def __init__(self, enabled: bool, total: int | None, done: int, names: Sequence[str]) -> None:
-        from tqdm.auto import tqdm
-
         self.bar = tqdm(
             total=total, initial=done, desc="search trials", unit="trial", disable=not enabled, file=sys.stderr
         )
@@ -311,8 +304,6 @@ def run_worker(
     worker: Worker, storage: Any, deadline: float | None, progress: _Progress | None = None
 ) -> dict[str, Any]:
     """Run trials until the study holds ``trials`` finished ones, the timeout passes or the budget says stop."""
-    import optuna
-
     settings = worker.settings
     with _quiet_optuna():
         probe = optuna.load_study(study_name=settings.study, storage=storage)

@@ -11,9 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from peft import get_peft_model
+from transformers import AutoConfig, AutoTokenizer
 
-from rope_adapter.scoring.tasks import Task
+from rope_adapter import LrsConfig
+from rope_adapter.embedded import embedded_hub_id, resolve_model_path
+from rope_adapter.scoring import loading
+from rope_adapter.scoring.loading import EvalError, load_model_config
+from rope_adapter.scoring.shared_prefix import prepare
+from rope_adapter.scoring.tasks import PerplexityTask, Task, apply_chat_template
 from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
+from rope_adapter.scoring.variants import quiet_peft
 
 from .data import load_split, perplexity_text_path
 from .objective import (
@@ -30,26 +39,19 @@ logger = logging.getLogger(__name__)
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when available, else ``cpu``; an unknown or unavailable device is a
     :class:`SearchError` (the one device rule of :func:`rope_adapter.scoring.loading.resolve_device`)."""
-    from rope_adapter.scoring.loading import EvalError
-    from rope_adapter.scoring.loading import resolve_device as resolve
-
     try:
-        return str(resolve(device))
+        return str(loading.resolve_device(device))
     except EvalError as exc:
         raise SearchError(str(exc)) from None
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
     """``auto`` -> ``bfloat16`` on CUDA, ``float32`` elsewhere (:func:`rope_adapter.scoring.loading.resolve_dtype`)."""
-    from rope_adapter.scoring.loading import resolve_dtype as resolve
-
-    return str(resolve(dtype, device)).replace("torch.", "")
+    return str(loading.resolve_dtype(dtype, device)).replace("torch.", "")
 
 
 def read_num_layers(settings: SearchSettings) -> int:
     """Decoder layer count from the model's config (light: no weights are loaded)."""
-    from rope_adapter.scoring.loading import EvalError, load_model_config
-
     try:
         _, config = load_model_config(settings.model)
     except EvalError as exc:
@@ -65,8 +67,6 @@ def check_record_size(settings: SearchSettings) -> None:
     """:class:`SearchError` when ``pairs`` key-value pairs cannot fit the model's positions (config only)."""
     if settings.task_name != "kv_retrieval" or settings.data is not None:
         return
-    from rope_adapter.scoring.loading import load_model_config
-
     _, config = load_model_config(settings.model)
     config = getattr(config, "text_config", None) or config
     why = pairs_overflow(settings.pairs, getattr(config, "max_position_embeddings", None))
@@ -77,9 +77,7 @@ def check_record_size(settings: SearchSettings) -> None:
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) through the one loader (:func:`rope_adapter.scoring.loading.load_model`).
     Tests replace this function to prove that bad input fails before it."""
-    from rope_adapter.scoring.loading import load_model as load
-
-    return load(
+    return loading.load_model(
         settings.model, dtype=dtype, device=device, device_map=settings.device_map, tokenizer=settings.tokenizer
     )
 
@@ -118,8 +116,6 @@ def recorded_base(model: str) -> str:
     """How a found adapter names its base model: the Hub id of an embedded model (alias or converted folder), the
     absolute path of a local folder (so that ``AutoPeftModelForCausalLM`` works from any directory), else the
     name as given (a Hub id)."""
-    from rope_adapter.embedded import embedded_hub_id
-
     hub_id = embedded_hub_id(model)
     if hub_id is not None:
         return hub_id
@@ -136,13 +132,6 @@ def make_worker(
     with_holdout: bool = True,
 ) -> Worker:
     """Load (or take) the model, wrap it with an all-ones LRS adapter, tokenise the samples once."""
-    import torch
-    from peft import get_peft_model
-
-    from rope_adapter import LrsConfig
-    from rope_adapter.scoring.shared_prefix import prepare
-    from rope_adapter.scoring.tasks import PerplexityTask
-
     torch.manual_seed(settings.seed)
     device = resolve_device(settings.device)
     if device.startswith("cuda") and settings.workers > 1 and not settings.device_map and device == "cuda":
@@ -156,8 +145,6 @@ def make_worker(
         model, tokenizer = load_model(settings, device, dtype)
     elif tokenizer is None:
         raise SearchError("a model object needs its tokenizer too (run_search(settings, model=..., tokenizer=...))")
-    from rope_adapter.scoring.variants import quiet_peft
-
     with quiet_peft():
         peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
     peft_model.peft_config["default"].base_model_name_or_path = recorded_base(settings.model)
@@ -231,11 +218,6 @@ def check_prompt_lengths(
     """Refuse prompts (with their answers) longer than the model's trained positions, as ``eval`` does, before a
     study is made: only the tokenizer and the config are read (``split``: :func:`load_split`'s result, when the
     caller has it already)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    from rope_adapter.embedded import resolve_model_path
-    from rope_adapter.scoring.tasks import apply_chat_template
-
     try:
         config = model.config if model is not None else AutoConfig.from_pretrained(resolve_model_path(settings.model))
         if tokenizer is None:

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 import rope_adapter
 from rope_adapter.cli import main
-from rope_adapter.export.bake import read_exported_factors
+from rope_adapter.export.reading import read_exported_factors
 
 
 def test_demo_end_to_end_on_a_tiny_model(tmp_path, capsys):

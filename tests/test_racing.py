@@ -19,7 +19,7 @@ from rope_adapter.search.racing import (
     record_scores,
     stage_ends,
 )
-from rope_adapter.search.study import SearchError
+from rope_adapter.search.settings import SearchError
 
 # ---------------------------------------------------------------------------------------------------- pure parts
 
@@ -173,7 +173,8 @@ def test_the_budget_counts_a_raced_out_trial_by_its_records():
     """A trial stopped after 8 of 40 records says little about a full pass: the held-out estimate scales it."""
     import time
 
-    from rope_adapter.search.trial import TRIAL_ATTR, _BudgetStop
+    from rope_adapter.search.storage import TRIAL_ATTR
+    from rope_adapter.search.trial import _BudgetStop
 
     class Trial:
         def __init__(self, seconds, records):

@@ -177,7 +177,7 @@ def test_export_to_an_unwritable_place_is_one_line(model_dir, adapter_dir, tmp_p
 
 def test_disk_full_during_export_leaves_nothing(base, adapter_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(bake, "write_code", enospc)
-    with pytest.raises(bake.ExportError, match="No space left.*nothing was written"):
+    with pytest.raises(staging.ExportError, match="No space left.*nothing was written"):
         bake.export_model(base, adapter_dir, tmp_path / "out", verify=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
 

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM
 import rope_adapter
 from rope_adapter.cli import build_parser, main
 from rope_adapter.search import SearchSettings
-from rope_adapter.search.study import settings_help
+from rope_adapter.search.settings import settings_help
 
 
 def search_parser() -> argparse.ArgumentParser:

@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 from tiny_models import byte_tokenizer, tiny_model
 
+from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import differences_by_position_and_record
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
 from rope_adapter.scoring.tasks import KVRetrievalTask
 from rope_adapter.search import SearchError, SearchSettings, run_search
 from rope_adapter.search import study as study_mod
+from rope_adapter.search import worker as worker_mod
 from rope_adapter.search.bezier import BezierSpace
 from rope_adapter.search.holdout import holdout_verdict
 from rope_adapter.search.objective import (
@@ -32,10 +34,10 @@ from rope_adapter.search.objective import (
     LayerBound,
     ObjectiveSpec,
     perplexity_constraint,
-    position_means,
     truncate_targets,
 )
 from rope_adapter.search.report import choose, pareto_front, search_set_warning
+from rope_adapter.search.settings import redact_url
 
 NUM_LAYERS = 4
 POSTGRES_URL = os.environ.get("ROPE_ADAPTER_TEST_POSTGRES_URL")
@@ -443,7 +445,7 @@ def test_two_workers_share_one_postgres_study(tmp_path, model_dir):
     try:
         _two_workers(settings)
         report = json.loads((tmp_path / "pg" / "search_report.json").read_text())
-        password = study_mod.redact_url(POSTGRES_URL) != POSTGRES_URL
+        password = redact_url(POSTGRES_URL) != POSTGRES_URL
         if password:
             from sqlalchemy.engine import make_url
 
@@ -464,7 +466,7 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the bad input was reported")
 
-    monkeypatch.setattr(study_mod, "load_model", refuse)
+    monkeypatch.setattr(worker_mod, "load_model", refuse)
     monkeypatch.setattr(study_mod, "make_worker", refuse)
 
 
@@ -634,7 +636,7 @@ def test_repeated_proposals_are_pruned_without_scoring(tmp_path, model_dir):
 
 
 def test_found_adapters_name_their_base_portably(tmp_path, monkeypatch):
-    from rope_adapter.search.study import recorded_base
+    from rope_adapter.search.worker import recorded_base
 
     assert recorded_base("smollm2-135m-instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert recorded_base("qwen2.5-coder-0.5b-instruct") == "Qwen/Qwen2.5-Coder-0.5B-Instruct"

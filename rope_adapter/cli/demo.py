@@ -21,6 +21,8 @@ import shutil
 import time
 from pathlib import Path
 
+from transformers import AutoConfig
+
 from rope_adapter import LrsConfig, LrsError
 from rope_adapter.cli import CliError, build_parser, main, output_path
 from rope_adapter.cli.search import settings_from_args
@@ -28,7 +30,8 @@ from rope_adapter.embedded import resolve_model_path
 from rope_adapter.export.bake import check_adapter_fits
 from rope_adapter.export.card import build_card
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
-from rope_adapter.search.study import DEFAULT_UNIFORM, SearchError, check_search, check_stored_study
+from rope_adapter.search.settings import DEFAULT_UNIFORM, SearchError
+from rope_adapter.search.study import check_search, check_stored_study
 from rope_adapter.writable import write_text_atomic
 
 STEP_FOLDERS = ("1-base-eval", "2-search", "3-heldout-eval", "4-exported")
@@ -136,8 +139,6 @@ def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
 
 def _check_model_supported(model: str) -> None:
     """The search and the export need a model the adapter supports: checked on a meta-device skeleton."""
-    from transformers import AutoConfig
-
     try:
         check_adapter_fits(LrsConfig(), AutoConfig.from_pretrained(resolve_model_path(model)))
     except LrsError as exc:

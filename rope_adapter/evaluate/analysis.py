@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from rope_adapter.errors import LrsError
 
@@ -215,8 +216,6 @@ def last_token_attention_shares(
     Returns:
         ``[num_layers, parts]`` float64: rows sum to 1; mean over heads and prompts.
     """
-    from tqdm.auto import tqdm
-
     if not sequences:
         raise LrsError("no prompts to analyse")
     hf = _hf_model(model)

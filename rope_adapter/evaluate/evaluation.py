@@ -36,8 +36,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import peft
 import torch
+import transformers
 
+import rope_adapter
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.intervals import CONFIDENCE, Interval, paired_t_interval
 from rope_adapter.scoring.loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
@@ -62,6 +65,7 @@ from rope_adapter.scoring.tasks import (
 )
 from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
+from .report import positions_markdown
 from .results import SweepResults
 from .results_record import position_table
 
@@ -218,19 +222,13 @@ class PositionResults(SweepResults):
         return position_table(data)
 
     def renderers(self) -> tuple[Callable[..., Path], Callable[..., str]]:
-        from .plots import plot_positions
-        from .report import positions_markdown
+        from .plots import plot_positions  # matplotlib (about 1 s) loads only when results are written
 
         return plot_positions, positions_markdown
 
 
 def environment() -> dict[str, Any]:
     """Versions and machine, recorded in results.json."""
-    import peft
-    import transformers
-
-    import rope_adapter
-
     return {
         "rope_adapter": rope_adapter.__version__,
         "torch": torch.__version__,

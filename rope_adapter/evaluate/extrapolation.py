@@ -42,6 +42,7 @@ from rope_adapter.scoring.intervals import CONFIDENCE, mean_interval, paired_t_i
 from rope_adapter.scoring.variants import AdapterPlan, Variant, describe_variant
 
 from .evaluation import EvalError, environment, iter_variants, make_task
+from .report import lengths_markdown
 from .results import SweepResults
 
 _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
@@ -235,8 +236,7 @@ class LengthResults(SweepResults):
         return {"task": "perplexity", "lengths": self.lengths}
 
     def renderers(self) -> tuple[Callable[..., Path], Callable[..., str]]:
-        from .plots import plot_lengths
-        from .report import lengths_markdown
+        from .plots import plot_lengths  # matplotlib (about 1 s) loads only when results are written
 
         return plot_lengths, lengths_markdown
 

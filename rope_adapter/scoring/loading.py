@@ -8,7 +8,9 @@ import os
 from typing import Any
 
 import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from rope_adapter.embedded import resolve_model_path
 from rope_adapter.errors import LrsError
 
 
@@ -47,10 +49,6 @@ def resolve_device(name: str | torch.device | None) -> torch.device:
 
 def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
     """(resolved path, config) of a model, without its weights (``smollm2-135m-instruct`` is the embedded one)."""
-    from transformers import AutoConfig
-
-    from rope_adapter.embedded import resolve_model_path
-
     path = resolve_model_path(name_or_path)
     text = str(path)
     looks_local = text.startswith(("/", ".", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text
@@ -68,8 +66,6 @@ def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     """The model's tokenizer (a pad token is set to EOS when the tokenizer has none)."""
-    from transformers import AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -88,10 +84,6 @@ def load_model(
     """(model in eval mode, tokenizer) from a local folder, Hub id or an embedded model's name: the one loader of
     search and evaluation. ``device_map`` (e.g. ``"auto"``) is passed to ``from_pretrained`` instead of moving the
     model to ``device``; ``tokenizer`` names another tokenizer (default: the model's)."""
-    from transformers import AutoModelForCausalLM
-
-    from rope_adapter.embedded import resolve_model_path
-
     path = resolve_model_path(name_or_path)
     kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
     if attn_implementation is not None:

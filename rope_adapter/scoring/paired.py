@@ -16,6 +16,7 @@ Per position and for the mean, the interval and verdict come from the project's 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,8 +83,6 @@ def differences_by_position_and_record(
 
 class _ignore_nan_warnings:
     def __enter__(self) -> None:
-        import warnings
-
         self._ctx = warnings.catch_warnings()
         self._ctx.__enter__()
         warnings.simplefilter("ignore", RuntimeWarning)

@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from peft import get_peft_model
+from peft import PeftModel, get_peft_model
 from torch import nn
 
-from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, read_adapter_factors
+from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, get_factors, read_adapter_factors
 from rope_adapter.errors import LrsError
 from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
 
@@ -368,8 +368,6 @@ def build_variant(
             work = get_peft_model(work, LrsConfig(factors=variant.uniform), adapter_name=adapter_name)
         elif plan is not None:
             if plan.load_as_saved:
-                from peft import PeftModel
-
                 work = PeftModel.from_pretrained(work, plan.source, adapter_name=adapter_name)
             else:
                 provenance = dict(plan.config.provenance or {})
@@ -384,8 +382,6 @@ def build_variant(
 
 def describe_variant(model: nn.Module) -> dict[str, Any]:
     """RoPE settings and LRS factors of a built variant (for results.json)."""
-    from rope_adapter import get_factors
-
     text = _text_config(getattr(model, "config", None))
     try:
         factors = get_factors(model)
