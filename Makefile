@@ -10,13 +10,14 @@
 # Variables: PYTHON (the interpreter the venv is made from, default python3), TORCH_SPEC (default
 # torch==2.13.0), TORCH_PIP_ARGS (extra pip arguments for torch, e.g.
 # "--index-url https://download.pytorch.org/whl/cpu" on a machine without a local CPU wheel),
-# PYTEST_ARGS, DEMO_ARGS.
+# PYTEST_WORKERS (pytest-xdist processes, default 2; 0 runs the tests in this process), PYTEST_ARGS, DEMO_ARGS.
 
 PYTHON ?= python3
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
+PYTEST_WORKERS ?= 2
 DEMO_ARGS ?=
 
 VPY := $(VENV)/bin/python
@@ -37,7 +38,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: venv
-	$(VPY) -m pytest -q tests $(PYTEST_ARGS)
+	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests $(PYTEST_ARGS)
 
 lint: venv
 	$(VPY) -m ruff check .

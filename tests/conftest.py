@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny random models (tests/tiny_models.py) and, for `integration` tests, the real SmolLM2."""
+"""Shared fixtures: tiny random models (tests/testkit/tiny_models.py) and, for `integration` tests, the real SmolLM2."""
 
 from __future__ import annotations
 
@@ -13,7 +13,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub unless they start their own test server
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from tiny_models import byte_tokenizer  # noqa: E402
+from testkit.tiny_models import byte_tokenizer, tiny_model  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: one torch thread each
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -24,7 +29,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory) -> Path:
     """A tiny 4-layer Llama and the byte tokenizer saved as a model folder (what --model takes)."""
-    from tiny_models import tiny_model
+    from testkit.tiny_models import tiny_model
 
     folder = tmp_path_factory.mktemp("tiny-llama-4")
     tiny_model("llama", num_layers=4).save_pretrained(folder)
@@ -50,3 +55,12 @@ def qwen():
         return load_embedded("qwen2.5-coder-0.5b-instruct")
     except EmbeddedModelError as exc:
         pytest.skip(f"Qwen2.5-Coder-0.5B-Instruct is not available: {str(exc).splitlines()[0]}")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny Llama and the byte tokenizer saved as a model folder (what --model takes)."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama", num_layers=4).save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder

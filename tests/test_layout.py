@@ -201,3 +201,14 @@ def test_committed_scripts_start_with_a_shebang_and_parse():
     for script in (ROOT / "benchmarks" / "results").rglob("*.sh"):
         assert script.read_text().startswith("#!/usr/bin/env bash\n"), script
         subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_tests_are_grouped_by_room():
+    """Issue 19: tests/<room>/test_*.py, what they share in tests/testkit/, nothing else at the top but this file."""
+    rooms = {"core", "scoring", "search", "evaluate", "export", "cli", "integration"}
+    tests = ROOT / "tests"
+    assert {p.name for p in tests.glob("test_*.py")} == {"test_layout.py"}
+    assert {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))} == {*rooms, "testkit"}
+    for room in rooms:
+        assert list((tests / room).glob("test_*.py")), room
+    assert not list((tests / "testkit").glob("test_*.py"))

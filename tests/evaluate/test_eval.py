@@ -1,0 +1,506 @@
+"""`rope-adapter eval`: variants, confidence intervals, the position sweep and extrapolation on tiny models.
+
+Properties that hold for any model: files exist and parse, one U-curve point per position and variant,
+intervals bracket their means, a variant equal to the base scores identically, extrapolation at 4x the
+model's positions keeps at most ``chunk_tokens`` rows of logits. Bad input fails before the model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from peft import get_peft_model
+from testkit.tiny_models import byte_tokenizer, tiny_model
+
+import rope_adapter
+from rope_adapter import AdapterMismatchError, LrsConfig
+from rope_adapter.cli import main
+from rope_adapter.evaluate import evaluation as ev
+from rope_adapter.evaluate.extrapolation import (
+    default_extrapolation_variants,
+    evaluate_lengths,
+    length_windows,
+    parse_lengths,
+    window_logprobs,
+)
+from rope_adapter.scoring.intervals import (
+    Interval,
+    bootstrap_interval,
+    mean_interval,
+    paired_t_interval,
+    proportion_interval,
+    t_quantile,
+)
+from rope_adapter.scoring.variants import (
+    VariantError,
+    build_variant,
+    check_variants,
+    parse_variants,
+    shared_weight_copy,
+)
+
+LAYERS = 3
+WORDS = (
+    "the river ran past a quiet town where people kept old books and told long stories about winters that "
+    "never ended while children counted stars over the hills and the baker sang at dawn"
+).split()
+
+
+# ---------------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama", num_layers=LAYERS)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, model):
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    model.save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def adapter_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("adapter")
+    peft_model = get_peft_model(tiny_model("llama", num_layers=LAYERS), LrsConfig(factors=[1.0, 1.3, 1.8]))
+    peft_model.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    path = tmp_path_factory.mktemp("text") / "book.txt"
+    path.write_text(" ".join(rng.choice(WORDS, size=2400)))  # ~12k byte tokens
+    return path
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fail the test if the model's weights are loaded."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded although the input was bad")
+
+    monkeypatch.setattr(ev, "load_model", refuse)
+
+
+# ---------------------------------------------------------------------------------------------------- intervals
+
+
+def test_t_quantile_matches_tables():
+    for df, expected in [(1, 12.7062), (2, 4.3027), (5, 2.5706), (10, 2.2281), (30, 2.0423), (120, 1.9799)]:
+        assert t_quantile(0.975, df) == pytest.approx(expected, abs=1e-4)
+    assert t_quantile(0.025, 7) == pytest.approx(-t_quantile(0.975, 7))
+
+
+def test_intervals_bracket_their_means():
+    rng = np.random.default_rng(1)
+    for n in [2, 3, 10, 50]:
+        values = rng.normal(size=n)
+        interval = mean_interval(values)
+        assert interval.brackets(interval.mean) and interval.mean == pytest.approx(values.mean())
+        bits = rng.integers(0, 2, size=n)
+        wilson = proportion_interval(bits)
+        assert wilson.brackets(wilson.mean) and 0.0 <= wilson.low <= wilson.high <= 1.0
+    assert proportion_interval([1, 1, 1]).high == 1.0 and proportion_interval([0, 0]).low == 0.0
+    assert mean_interval([3.0]).low is None  # one value: no interval
+
+
+def test_bootstrap_interval_matches_t_on_normal_data_and_respects_bounds_on_skewed_data():
+    rng = np.random.default_rng(3)
+    values = rng.normal(0.3, 1.0, size=400)
+    boot, t = bootstrap_interval(values), mean_interval(values)
+    assert boot.mean == pytest.approx(t.mean)
+    assert boot.low == pytest.approx(t.low, abs=0.02) and boot.high == pytest.approx(t.high, abs=0.02)
+    assert bootstrap_interval(values, seed=5) == bootstrap_interval(values, seed=5)  # seeded: reproducible
+    # 18 records unchanged, 2 gained one answer: no resample mean is below 0, while the t interval crosses 0
+    skewed = [0.0] * 18 + [1.0, 1.0]
+    assert mean_interval(skewed).low < 0.0 <= bootstrap_interval(skewed).low
+    assert bootstrap_interval([2.0, 2.0, 2.0]) == Interval(2.0, 2.0, 2.0, 3)
+    assert bootstrap_interval([1.0]).low is None
+    with pytest.raises(ValueError, match="no values"):
+        bootstrap_interval([])
+    with pytest.raises(ValueError, match="confidence"):
+        bootstrap_interval([1.0, 2.0], confidence=1.5)
+
+
+def test_paired_t_interval_verdicts():
+    assert paired_t_interval([1, 2, 3], [1, 2, 3]).verdict == "identical"
+    assert paired_t_interval([1.0, 1.1, 0.9, 1.05], [0, 0, 0, 0]).verdict == "better"
+    assert paired_t_interval([1.0, 1.1, 0.9, 1.05], [0, 0, 0, 0], higher_is_better=False).verdict == "worse"
+    assert paired_t_interval([0.1, -0.1, 0.05, -0.02], [0, 0, 0, 0]).verdict == "within noise"
+
+
+# ---------------------------------------------------------------------------------------------------- variants
+
+
+def test_parse_variants_and_labels():
+    variants = parse_variants("base, uniform:1.10 ,linear:2+adapter:runs/x/adapter,found=dynamic:2+uniform:1.2,yarn:4")
+    assert [v.name for v in variants] == [
+        "base",
+        "uniform:1.1",
+        "linear:2+adapter:x/adapter",
+        "found",
+        "yarn:4",
+    ]
+    assert variants[0].is_base and not variants[1].is_base
+    assert variants[2].rope_type == "linear" and variants[2].adapter == "runs/x/adapter"
+    assert variants[3].spec == "dynamic:2+uniform:1.2"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("base,lora:2", "unknown variant 'lora:2'"),
+        ("uniform:abc", "needs a number"),
+        ("uniform:0", "must be finite, in"),
+        ("linear:0.5", ">= 1"),
+        ("linear:2+dynamic:2", "at most one RoPE type"),
+        ("uniform:1.1+adapter:x", "at most one of uniform"),
+        ("base+uniform:1.1", "cannot be combined"),
+        ("uniform:1.1,uniform:1.1", "listed twice"),
+        ("adapter:", "needs a value"),
+        ("linear:2+best=adapter:x", r"a label goes before the whole spec, as in NAME=linear:2\+adapter:x"),
+        (",", "no variants"),
+    ],
+)
+def test_bad_variants(spec, message):
+    with pytest.raises(VariantError, match=message):
+        parse_variants(spec)
+
+
+def test_shared_weight_copy_shares_parameters(model):
+    copy = shared_weight_copy(model)
+    assert all(a is b for a, b in zip(model.parameters(), copy.parameters(), strict=True))
+    assert copy.config is not model.config
+
+
+def test_variants_leave_the_base_untouched_and_mean_what_they_say(model):
+    ids = torch.randint(3, 250, (1, 120))
+    with torch.inference_mode():
+        ref = model(ids).logits
+    variants = parse_variants("base,uniform:1,uniform:2,linear:2,linear:2+uniform:1.5,linear:3")
+    plans = check_variants(variants, model.config)
+    logits = {}
+    for v in variants:
+        with build_variant(model, v, plans.get(v.name)) as built, torch.inference_mode():
+            logits[v.name] = built(ids).logits
+    assert torch.equal(logits["base"], ref) and torch.equal(logits["uniform:1"], ref)
+    assert torch.allclose(logits["uniform:2"], logits["linear:2"], atol=1e-5)  # uniform s == linear s
+    assert torch.allclose(logits["linear:2+uniform:1.5"], logits["linear:3"], atol=1e-5)  # stacked: f * s
+    assert not torch.allclose(logits["linear:2"], ref, atol=1e-3)
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, ref)  # the base model was never changed
+    assert model.config.rope_parameters["rope_type"] == "default"
+    assert rope_adapter.count_layer_hooks(model) == 0
+
+
+def test_adapter_plans(model, adapter_dir, tmp_path):
+    variants = parse_variants(f"adapter:{adapter_dir},linear:2+adapter:{adapter_dir}")
+    plans = check_variants(variants, model.config)
+    plain, combined = (plans[v.name] for v in variants)
+    assert plain.load_as_saved and not combined.load_as_saved
+    assert combined.factors == pytest.approx([1.0, 1.3, 1.8])
+    with build_variant(model, variants[1], combined) as built:
+        assert rope_adapter.get_factors(built) == pytest.approx([1.0, 1.3, 1.8])
+        assert built.config.rope_parameters["rope_type"] == "linear"
+    # an adapter for another base: other layer count, other RoPE settings
+    other = tmp_path / "other"
+    get_peft_model(tiny_model("llama", num_layers=2), LrsConfig(factors=1.2)).save_pretrained(other)
+    with pytest.raises(AdapterMismatchError, match="3"):
+        check_variants(parse_variants(f"adapter:{other}"), model.config)
+    yarn_made = tmp_path / "yarn"
+    with build_variant(model, parse_variants("yarn:4")[0]) as yarn_model:
+        get_peft_model(yarn_model, LrsConfig(factors=1.1)).save_pretrained(yarn_made)
+    with pytest.raises(AdapterMismatchError, match="RoPE settings"):
+        check_variants(parse_variants(f"adapter:{yarn_made}"), model.config)
+    with pytest.raises(AdapterMismatchError, match="RoPE settings"):
+        check_variants(parse_variants(f"linear:2+adapter:{yarn_made}"), model.config)
+    assert check_variants(parse_variants(f"yarn:4+adapter:{yarn_made}"), model.config)  # made for this one
+
+
+# ---------------------------------------------------------------------------------------------------- positions
+
+
+@pytest.fixture(scope="module")
+def position_result(model, tmp_path_factory):
+    tokenizer = byte_tokenizer()
+    task, samples = ev.make_task_samples("kv_retrieval", num_samples=3, num_pairs=4, positions=[0, 1, 3])
+    variants = parse_variants("base,same=uniform:1,uniform:1.5")
+    result = ev.evaluate_positions(
+        model, tokenizer, task, samples, variants, plans=check_variants(variants, model.config), progress=False
+    )
+    out = tmp_path_factory.mktemp("eval")
+    return result, result.write(out), out
+
+
+def test_position_outputs_exist_and_parse(position_result):
+    result, paths, out = position_result
+    assert {p.name for p in paths.values()} == {"results.json", "results.md", "positions.png", "results_table.json"}
+    data = json.loads((out / "results.json").read_text())
+    assert data["kind"] == "positions" and data["positions"] == [0, 1, 3]
+    assert len(data["samples"]) == 3 * 9  # variants x samples, every sample's score kept
+    markdown = (out / "results.md").read_text()
+    assert "| `uniform:1.5` |" in markdown and "identical" in markdown
+    import matplotlib.image
+
+    image = matplotlib.image.imread(out / "positions.png")
+    assert image.shape[0] > 100 and image.shape[1] > 100
+
+
+def test_u_curve_has_one_point_per_position_and_variant(position_result):
+    data = position_result[0].to_dict()
+    assert set(data["summary"]) == {"base", "same", "uniform:1.5"}
+    for name, by_metric in data["summary"].items():
+        assert set(by_metric) == {"accuracy", "logprob"}
+        for metric, entry in by_metric.items():
+            assert list(entry["by_position"]) == ["0", "1", "3"], (name, metric)
+            for point in [*entry["by_position"].values(), entry["overall"]]:
+                assert point["ci_low"] <= point["mean"] <= point["ci_high"]
+            assert entry["by_position"]["1"]["n"] == 3 and entry["overall"]["n"] == 9
+
+
+def test_variant_equal_to_base_scores_identically(position_result):
+    result = position_result[0]
+    for metric in ("accuracy", "logprob"):
+        np.testing.assert_array_equal(result.values("same", metric), result.values("base", metric))
+    rows = {(r["variant"], r["sample"]): r for r in result.rows}
+    assert all(rows[("same", i)]["prediction"] == rows[("base", i)]["prediction"] for i in range(9))
+    comparisons = result.comparisons()
+    assert comparisons["same"]["logprob"]["overall"]["verdict"] == "identical"
+    assert comparisons["same"]["accuracy"]["overall"]["verdict"] == "identical"
+    assert comparisons["uniform:1.5"]["logprob"]["overall"]["verdict"] != "identical"
+
+
+def test_held_out_records_are_the_other_side_of_the_search_split():
+    from rope_adapter.scoring.tasks import KVRetrievalTask, split_records
+
+    _, held = ev.make_task_samples(
+        "kv_retrieval", num_samples=3, num_pairs=3, num_positions=2, seed=4, held_out_after=3
+    )
+    pool = KVRetrievalTask(num_records=6, num_pairs=3, num_positions=2, seed=4).load_records()
+    search, holdout = split_records(pool, 3, 3, seed=4)
+    assert [s.record_id for s in held[::2]] == [r.record_id for r in holdout]
+    assert {r.record_id for r in search}.isdisjoint({s.record_id for s in held})
+    assert len(held) == 6
+
+
+# ---------------------------------------------------------------------------------------------------- extrapolation
+
+
+def test_parse_lengths():
+    assert parse_lengths("16k, 2k,4k,8k") == [2048, 4096, 8192, 16384]
+    assert parse_lengths("300,1k") == [300, 1024]
+    for bad in ["", "2q", "1", "2k,2048", "0.3k"]:
+        with pytest.raises(ev.EvalError):
+            parse_lengths(bad)
+    assert default_extrapolation_variants([2048, 16384], 8192, "a") == (
+        "base,linear:2,dynamic:2,linear:2+adapter:a,dynamic:2+adapter:a"
+    )
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gpt_neox"])
+def test_chunked_logprobs_equal_full_logits(arch):
+    model = tiny_model(arch, num_layers=2)
+    ids = torch.randint(3, 250, (2, 90))
+    with torch.inference_mode():
+        full = model(ids).logits.float().log_softmax(-1)
+    expected = full[:, :-1].gather(-1, ids[:, 1:, None])[..., 0].double()
+    for chunk in (7, 89, 1000):
+        got = window_logprobs(model, ids, chunk_tokens=chunk)
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
+
+
+def test_extrapolation_at_4x_positions_keeps_bounded_logits(model, adapter_dir, text_file, tmp_path):
+    max_positions = model.config.max_position_embeddings
+    lengths = [max_positions, 4 * max_positions]
+    windows = length_windows(text_file, byte_tokenizer(), lengths, num_windows=2)
+    assert [len(w) for w in windows[4 * max_positions]] == [4 * max_positions] * 2
+    rows_seen: list[int] = []
+    head = model.get_output_embeddings()
+    hook = head.register_forward_hook(lambda mod, inp, out: rows_seen.append(out.shape[0] * out.shape[1]))
+    try:
+        variants = parse_variants(
+            f"base,linear:4,dynamic:4,linear:4+adapter:{adapter_dir},dynamic:4+adapter:{adapter_dir}"
+        )
+        result = evaluate_lengths(
+            model,
+            windows,
+            variants,
+            plans=check_variants(variants, model.config),
+            chunk_tokens=256,
+            batch_size=4,
+            max_batch_tokens=2 * max_positions,
+            progress=False,
+        )
+    finally:
+        hook.remove()
+    # no forward ever produced more than chunk_tokens rows of logits (batch x rows), even at 4x the positions
+    assert rows_seen and max(rows_seen) <= 256
+    paths = result.write(tmp_path)
+    assert {p.name for p in paths.values()} == {"results.json", "results.md", "lengths.png"}
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["kind"] == "lengths" and data["lengths"] == lengths
+    for name, entry in data["summary"].items():
+        for n, point in entry["by_length"].items():
+            assert point["ci_low"] <= point["perplexity"] <= point["ci_high"], (name, n)
+            assert point["windows"] == 2 and math.isfinite(point["perplexity"])
+    assert len(data["windows"]) == 5 * 2 * 2
+    # dynamic NTK changes nothing within the trained context and something beyond it
+    base, dynamic = (data["summary"][k]["by_length"] for k in ("base", "dynamic:4"))
+    assert dynamic[str(max_positions)]["perplexity"] == base[str(max_positions)]["perplexity"]
+    assert dynamic[str(4 * max_positions)]["perplexity"] != base[str(4 * max_positions)]["perplexity"]
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_eval_positions(model_dir, adapter_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "eval",
+            "--model",
+            str(model_dir),
+            "--num-pairs",
+            "3",
+            "--num-positions",
+            "3",
+            "--num-samples",
+            "2",
+            "--variants",
+            f"base,uniform:1,adapter:{adapter_dir},linear:2+adapter:{adapter_dir}",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--device",
+            "cpu",
+        ]
+    )
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [v["name"] for v in data["variants"]] == [
+        "base",
+        "uniform:1",
+        f"adapter:{adapter_dir.name}",
+        f"linear:2+adapter:{adapter_dir.name}",
+    ]
+    assert data["variants"][3]["rope_parameters"]["rope_type"] == "linear"
+    assert data["variants"][3]["factors"] == pytest.approx([1.0, 1.3, 1.8])
+    assert data["comparisons"]["uniform:1"]["logprob"]["overall"]["verdict"] == "identical"
+    assert data["settings"]["command"].startswith("rope-adapter eval --task kv_retrieval")
+    assert (out / "positions.png").stat().st_size > 0 and "## Differences from `base`" in (
+        out / "results.md"
+    ).read_text()
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_cli_eval_perplexity(model_dir, text_file, tmp_path):
+    out = tmp_path / "ppl"
+    rc = main(
+        ["eval", "--model", str(model_dir), "--task", "perplexity", "--data", str(text_file), "--lengths", "256,1k"]
+        + ["--num-windows", "1", "--chunk-tokens", "128", "--out", str(out), "--no-progress", "--device", "cpu"]
+    )
+    assert rc == 0
+    data = json.loads((out / "results.json").read_text())
+    assert [v["name"] for v in data["variants"]] == ["base", "linear:2", "dynamic:2"]  # the default set
+    assert (out / "lengths.png").is_file() and "perplexity" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--variants", "base,lora:2"], "unknown variant"),
+        (["--variants", "base,uniform:-1"], "must be finite, in"),
+        (["--num-pairs", "4", "--positions", "0,9"], "outside 0..3"),
+        (["--num-pairs", "12"], "longer"),  # prompts beyond the tiny model's 512 positions
+        (["--num-samples", "0"], ">= 1"),
+        (["--task", "mdqa", "--data", "EMPTY"], "holds no records"),
+        (["--task", "perplexity", "--data", "EMPTY"], "is empty"),
+        (["--task", "perplexity"], "needs --data"),
+        (["--task", "perplexity", "--data", "TEXT", "--lengths", "64k"], "too few for one window"),
+        (["--task", "passkey", "--num-pairs", "3"], "does not take --num-pairs"),
+        (["--num-pairs", "3", "--variants", "base", "--reference", "other"], "--reference 'other'"),
+        (["--task", "nope"], "unknown task"),
+        (["--scores", "bleu"], "unknown --scores"),
+        (["--data", "MISSING"], "does not exist"),
+    ],
+)
+def test_cli_bad_input_fails_before_loading_the_model(
+    model_dir, text_file, tmp_path, capsys, no_model_load, extra, message
+):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    replace = {"EMPTY": str(empty), "TEXT": str(text_file), "MISSING": str(tmp_path / "missing.jsonl")}
+    extra = [replace.get(x, x) for x in extra]
+    rc = main(["eval", "--model", str(model_dir), "--out", str(tmp_path / "o")] + extra)
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_adapter_for_another_base_fails_before_loading(model_dir, tmp_path, capsys, no_model_load):
+    other = tmp_path / "other"
+    get_peft_model(tiny_model("llama", num_layers=LAYERS + 1), LrsConfig(factors=1.2)).save_pretrained(other)
+    rc = main(["eval", "--model", str(model_dir), "--variants", f"base,adapter:{other}", "--num-pairs", "3"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "adapter" in err and "made for" in err
+
+
+# ---------------------------------------------------------------------------------------------------- real model
+
+
+@pytest.mark.integration
+def test_eval_on_smollm2(smollm2, tmp_path):
+    model, tokenizer = smollm2
+    task, samples = ev.make_task_samples("kv_retrieval", num_samples=2, num_pairs=6, positions=[0, 5])
+    variants = parse_variants("base,uniform:1,uniform:1.25")
+    result = ev.evaluate_positions(
+        model,
+        tokenizer,
+        task,
+        samples,
+        variants,
+        plans=check_variants(variants, model.config),
+        max_new_tokens=12,  # short answers keep the test quick on 2 CPU cores; identity is checked on their text
+        progress=False,
+        settings={"model": "SmolLM2-135M-Instruct"},
+    )
+    result.write(tmp_path)
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["comparisons"]["uniform:1"]["accuracy"]["overall"]["verdict"] == "identical"
+    assert data["comparisons"]["uniform:1"]["logprob"]["overall"]["verdict"] == "identical"
+    assert data["comparisons"]["uniform:1.25"]["logprob"]["overall"]["verdict"] != "identical"
+    assert data["summary"]["base"]["logprob"]["overall"]["mean"] > -2.0  # the real model copies a uuid from context
+    assert len(data["samples"]) == 3 * 4 and all(r["prediction"] for r in data["samples"])
+    assert data["settings"]["max_new_tokens"] == 12
+    answers = {(r["variant"], r["sample"]): r["prediction"] for r in data["samples"]}
+    assert all(answers[("uniform:1", i)] == answers[("base", i)] for i in range(4))
+    assert (tmp_path / "positions.png").is_file()
+
+
+def test_eval_and_search_spell_shared_flags_alike():
+    """`eval` and `search` take the same spellings: --pairs/--num-pairs, --positions 0 4 9 or 0,4,9,
+    --task-option/--task-arg, and a bare --chat-template."""
+    from rope_adapter.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["--pairs", "7", "--positions", "0", "4,9"], ["--num-pairs", "7", "--positions", "0,4,9"]):
+        ev_args = parser.parse_args(["eval", *argv, "--task-option", "a=1", "--chat-template"])
+        se_args = parser.parse_args(["search", *argv, "--task-arg", "a=1", "--chat-template"])
+        assert ev_args.num_pairs == se_args.pairs == 7
+        assert ev_args.positions == se_args.positions == [0, 4, 9]
+        assert ev_args.task_arg == se_args.task_option == [("a", 1)]
+        assert ev_args.chat_template == "on" and se_args.chat_template is True
+    assert parser.parse_args(["eval", "--task", "kv-retrieval"]).task == "kv_retrieval"
+    assert parser.parse_args(["analyze", "--task", "kv-retrieval"]).task == "kv_retrieval"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval", "--positions", "0,x"])
