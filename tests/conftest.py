@@ -29,12 +29,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def tiny_llama_dir(tmp_path_factory) -> Path:
     """A tiny 4-layer Llama and the byte tokenizer saved as a model folder (what --model takes)."""
-    from testkit.tiny_models import tiny_model
-
-    folder = tmp_path_factory.mktemp("tiny-llama-4")
-    tiny_model("llama", num_layers=4).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+    return _save_tiny_llama(tmp_path_factory.mktemp("tiny-llama-4"))
 
 
 @pytest.fixture(scope="session")
@@ -59,8 +54,12 @@ def qwen():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
-    """A tiny Llama and the byte tokenizer saved as a model folder (what --model takes)."""
-    folder = tmp_path_factory.mktemp("tiny-llama")
+    """The same tiny model as ``tiny_llama_dir``, in a folder of the test module's own."""
+    return _save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def _save_tiny_llama(folder: Path) -> Path:
+    """A tiny 4-layer Llama and the byte tokenizer saved in ``folder``."""
     tiny_model("llama", num_layers=4).save_pretrained(folder)
     byte_tokenizer().save_pretrained(folder)
     return folder

@@ -101,7 +101,6 @@ def lrs_classes(base_model_type: str) -> tuple[type[PreTrainedConfig], type[PreT
             "config_class": config_cls,
             "__module__": __name__,
             "__qualname__": names.model_class,
-            "save_pretrained": _saving_code(base_model.save_pretrained, names),
         },
     )
     globals()[names.config_class] = config_cls  # so that pickle finds them
@@ -110,7 +109,8 @@ def lrs_classes(base_model_type: str) -> tuple[type[PreTrainedConfig], type[PreT
 
 
 def _saving_code(save_pretrained, names: LrsNames):
-    """``save_pretrained`` that also writes the code files the config's ``auto_map`` names.
+    """The config's ``save_pretrained``, also writing the code files its ``auto_map`` names (a model's
+    ``save_pretrained`` saves its config through it).
 
     A folder loaded through these in-process classes (``import rope_adapter``, no ``trust_remote_code``) keeps its
     ``auto_map`` when saved again, but transformers copies remote code only for classes it loaded as remote code:
@@ -118,8 +118,7 @@ def _saving_code(save_pretrained, names: LrsNames):
 
     def save(self, save_directory: str | os.PathLike[str], *args, **kwargs):
         result = save_pretrained(self, save_directory, *args, **kwargs)
-        config = getattr(self, "config", self)
-        if kwargs.get("is_main_process", True) and getattr(config, "auto_map", None) == names.auto_map:
+        if getattr(self, "auto_map", None) == names.auto_map:
             write_code(Path(save_directory), names, __version__)
         return result
 

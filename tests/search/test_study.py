@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from testkit.searches import NUM_LAYERS, cli_args, complete, load_trials, small, start_cli, two_workers  # noqa: F401
+from testkit.searches import NUM_LAYERS, complete, load_trials, small, start_cli, two_workers
 from testkit.tiny_models import tiny_model
 
 from rope_adapter.scoring.logprobs import position_means
