@@ -18,6 +18,7 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from rope_adapter.provenance import Provenance
 from rope_adapter.scoring.metrics import PROPORTIONS
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, MetricTable, ResultsTable
@@ -211,14 +212,20 @@ def _eval_results(table: ResultsTable, this: str | None) -> list[EvalResult]:
 # ---------------------------------------------------------------------------------------------------- provenance
 
 
-def _provenance_lines(provenance: dict[str, Any], with_holdout: bool = True) -> list[str]:
+def _section(provenance: Provenance | None, key: str) -> dict[str, Any]:
+    """A provenance section (``SECTIONS``) as written, or {} where it is missing or not an object."""
+    value = (provenance or {}).get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list[str]:
     """'How the factors were found' as readable lines (no dict reprs, no local paths); ``with_holdout=False``
     leaves out the held-out scores a results table already shows."""
     lines = []
     method = provenance.get("method")
     if method:
         lines.append(f"Method: {METHODS.get(method, method)} (`{method}`)")
-    curve = provenance.get("curve") if isinstance(provenance.get("curve"), dict) else {}
+    curve = _section(provenance, "curve")
     if curve:
         parts = []
         if curve.get("degree") is not None:
@@ -229,7 +236,7 @@ def _provenance_lines(provenance: dict[str, Any], with_holdout: bool = True) -> 
             parts.append(f"factors searched in [{readable(curve['s_min'])}, {readable(curve['s_max'])}]")
         rest = {k: v for k, v in curve.items() if k not in {"degree", "x_mode", "s_min", "s_max", "control_points"}}
         lines.append("Curve: " + ", ".join(parts + [f"{k.replace('_', ' ')} {readable(v)}" for k, v in rest.items()]))
-    study = provenance.get("study") if isinstance(provenance.get("study"), dict) else {}
+    study = _section(provenance, "study")
     if study:
         parts = [
             f"`{study['name']}`" if study.get("name") else "",
@@ -237,7 +244,7 @@ def _provenance_lines(provenance: dict[str, Any], with_holdout: bool = True) -> 
         ]
         parts += [f"{k.replace('_', ' ')} {readable(v)}" for k, v in study.items() if k not in {"name", "trial"}]
         lines.append("Optuna study: " + ", ".join(p for p in parts if p))
-    task = provenance.get("task") if isinstance(provenance.get("task"), dict) else {}
+    task = _section(provenance, "task")
     if task:
         name = task.get("name")
         parts = [display_name(str(name)) if name else ""]
@@ -252,7 +259,7 @@ def _provenance_lines(provenance: dict[str, Any], with_holdout: bool = True) -> 
             f"{k.replace('_', ' ')} {readable(v)}" for k, v in task.items() if k not in shown and v not in ({}, None)
         ]
         lines.append("Task: " + ", ".join(p for p in parts if p))
-    scores = provenance.get("scores") if isinstance(provenance.get("scores"), dict) else {}
+    scores = _section(provenance, "scores")
     for key, value in scores.items():
         if key == "objectives":
             lines.append(f"Objectives (maximised): {readable(value)}")
@@ -331,7 +338,7 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
         **extra,
     )
     control_points = []
-    curve = (provenance or {}).get("curve") if isinstance((provenance or {}).get("curve"), dict) else {}
+    curve = _section(provenance, "curve")
     for point in curve.get("control_points") or []:
         if isinstance(point, list | tuple) and len(point) == 2:
             control_points.append((_fmt(point[0]), _fmt(point[1])))

@@ -15,13 +15,14 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from rope_adapter import read_adapter_factors
 from rope_adapter.embedded import embedded_hub_id
 from rope_adapter.errors import LrsError
 from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
 from rope_adapter.export.staging import ExportError
+from rope_adapter.provenance import Provenance
 from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [
@@ -66,7 +67,7 @@ class FolderInfo:
     base_rope_parameters: dict[str, Any] | None = None
     head_dim: int | None = None
     rotary_dim: int | None = None
-    provenance: dict[str, Any] | None = None
+    provenance: Provenance | None = None  # as a search wrote it (rope_adapter.provenance), or the user's own
     tables: list[tuple[str, ResultsTable]] = field(default_factory=list)  # (file it came from, table)
     files: list[str] = field(default_factory=list)  # what push uploads (publishable_names), README.md aside
     left_out: list[str] = field(default_factory=list)  # "NAME (why)" for everything else in the folder
@@ -126,8 +127,13 @@ def _read_adapter(folder: Path) -> FolderInfo:
         base_rope_parameters=config.base_rope_parameters,
         head_dim=config.head_dim,
         rotary_dim=config.rotary_dim,
-        provenance=config.provenance,
+        provenance=_as_provenance(config.provenance),
     )
+
+
+def _as_provenance(value: Any) -> Provenance | None:
+    """Provenance as recorded (a JSON object the core checked), read through its one definition."""
+    return cast(Provenance, value) if isinstance(value, dict) else None
 
 
 def _read_export(folder: Path, files: list[str]) -> FolderInfo:
@@ -169,7 +175,7 @@ def _read_export(folder: Path, files: list[str]) -> FolderInfo:
         base_rope_parameters=exported["base_rope_parameters"],
         head_dim=exported["head_dim"] or text_config.get("head_dim"),
         rotary_dim=sidecar.get("rotary_dim"),
-        provenance=exported["provenance"] if isinstance(exported["provenance"], dict) else None,
+        provenance=_as_provenance(exported["provenance"]),
         custom_code=custom_code,
         code_files=[f for f in files if f.endswith(".py")],
         verification=verification if isinstance(verification, dict) else None,

@@ -22,9 +22,10 @@ from rope_adapter.scoring.paired import describe_difference, differences_by_posi
 
 from .k_selection import select_k
 from .objective import answer_score
+from .report_types import Holdout, HoldoutConfig, SearchReport
 
 
-def add_holdout(report: dict[str, Any], worker: Worker) -> None:
+def add_holdout(report: SearchReport, worker: Worker) -> None:
     """Score base (all ones), best uniform and found factors on the held-out records and add the comparison."""
 
     if worker.holdout is None:
@@ -34,10 +35,14 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
     settings = worker.settings
     layers = worker.num_layers
     configs: dict[str, list[float]] = {"base": [1.0] * layers}
+    chosen = report["chosen"]
+    if chosen is None:
+        raise ValueError("the report has no chosen trial: there is nothing to score on the held-out records")
     best_uniform = report["baselines"]["best_uniform"]
-    if best_uniform is not None:
-        configs["best_uniform"] = [float(best_uniform["uniform"])] * layers
-    configs["found"] = list(report["chosen"]["factors"])
+    best_uniform_factor = None if best_uniform is None else best_uniform["uniform"]
+    if best_uniform_factor is not None:
+        configs["best_uniform"] = [float(best_uniform_factor)] * layers
+    configs["found"] = list(chosen["factors"])
     task = worker.holdout
     positions = task.positions
     ids = [s.record_id for s in task.samples]
@@ -45,15 +50,10 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
     accuracy: dict[str, np.ndarray] = {}
     tf_accuracy: dict[str, np.ndarray] = {}  # teacher-forced exact match (greedy's verdict without decoding)
     whole: dict[str, np.ndarray] = {}  # mean log-prob over every answer token (when the score keeps only k)
-    out: dict[str, Any] = {
-        "records": len(set(ids)),
-        "samples": len(task),
-        "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
-        "score": "answer" if settings.score == "soft" else settings.score,
-        "search_score": settings.score,
-        "k": settings.k if settings.score == "logprob" else None,
-        "configs": {},
-    }
+    score_name = "answer" if settings.score == "soft" else settings.score
+    k_used = settings.k if settings.score == "logprob" else None
+    configs_out: dict[str, HoldoutConfig] = {}
+    k_selection: dict[str, Any] | None = None
     done: dict[tuple[float, ...], tuple[Any, Any]] = {}  # factors -> (scores, greedy accuracy): found may be a baseline
     for name, factors in configs.items():
         key = tuple(round(float(f), 9) for f in factors)
@@ -64,17 +64,17 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
             answer = answer_score(scored.exact, scored.logprob)
             scored = replace(scored, per_sample=answer, by_position=position_means(positions, answer))
         scores[name] = scored.per_sample
-        entry = {
+        entry: HoldoutConfig = {
             "factors": factors,
             "by_position": {str(p): v for p, v in scored.by_position.items()},
             "mean": float(np.mean(list(scored.by_position.values()))),
             "worst": float(np.min(list(scored.by_position.values()))),
             "seconds": scored.seconds,
         }
-        if name == "best_uniform":
-            entry["uniform"] = best_uniform["uniform"]
+        if name == "best_uniform" and best_uniform_factor is not None:
+            entry["uniform"] = best_uniform_factor
         if name == "found":
-            entry["trial"] = report["chosen"]["number"]
+            entry["trial"] = chosen["number"]
         if scored.logprobs is not None:
             whole[name] = scored.logprobs.mean(None)
             entry["mean_logprob_all_answer_tokens"] = position_dict(positions, whole[name])
@@ -83,7 +83,7 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
             entry["tf_accuracy"] = float(tf_accuracy[name].mean())
             if name == "base" and len(np.unique(positions)) > 1:  # k selection compares gold positions
                 selection = select_k(scored.logprobs, max_k=8)
-                out["k_selection"] = {
+                k_selection = {
                     "best_k": selection.k,
                     "f_statistic": {str(k): v for k, v in selection.f_statistic.items()},
                     "position_means": {
@@ -98,8 +98,8 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
             entry["accuracy_by_position"] = {str(p): v for p, v in acc.by_position.items()}
         if worker.base_nll is not None:
             entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
-        out["configs"][name] = entry
-    differences = {}
+        configs_out[name] = entry
+    differences: dict[str, dict[str, Any]] = {}
     for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
         if a in scores and b in scores:
             differences[f"{a}-{b}"] = differences_by_position_and_record(
@@ -113,16 +113,29 @@ def add_holdout(report: dict[str, Any], worker: Worker) -> None:
                 differences[f"{a}-{b}"]["tf_accuracy"] = differences_by_position_and_record(
                     tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
                 )
-            score_is_whole_logprob = settings.score == "logprob" and out["k"] is None
+            score_is_whole_logprob = settings.score == "logprob" and k_used is None
             if a in whole and b in whole and not score_is_whole_logprob:
                 # the first-k score can rise while copying the rest of the answer gets worse: check it here
                 differences[f"{a}-{b}"]["whole_answer"] = differences_by_position_and_record(
                     whole[a], whole[b], positions, ids, settings.seed
                 )
-    out["differences"] = differences
-    out["verdict"] = holdout_verdict(out)
-    out["seconds"] = time.time() - start
-    report["holdout"] = out
+    holdout: Holdout = {
+        "records": len(set(ids)),
+        "samples": len(task),
+        "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
+        "score": score_name,
+        "search_score": settings.score,
+        "k": k_used,
+        "configs": configs_out,
+        "differences": differences,
+        "verdict": "",
+        "seconds": 0.0,
+    }
+    if k_selection is not None:
+        holdout["k_selection"] = k_selection
+    holdout["verdict"] = holdout_verdict(holdout)
+    holdout["seconds"] = time.time() - start
+    report["holdout"] = holdout
 
 
 def position_dict(positions: np.ndarray, values: np.ndarray) -> dict[str, float]:

@@ -8,15 +8,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from rope_adapter.writable import savefig_atomic
+
+from .report_types import SearchReport
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -25,7 +25,7 @@ def _save(fig: Figure, path: Path) -> None:
     savefig_atomic(fig, path, dpi=120)
 
 
-def _score_label(report: Mapping[str, Any]) -> str:
+def _score_label(report: SearchReport) -> str:
     task = report["task"]
     if task["score"] == "logprob":
         return f"mean log-prob of the first {task['k']} answer tokens" if task["k"] else "mean answer log-prob"
@@ -36,7 +36,7 @@ def _score_label(report: Mapping[str, Any]) -> str:
     return "greedy accuracy"
 
 
-def plot_pareto(report: Mapping[str, Any], path: str | Path) -> None:
+def plot_pareto(report: SearchReport, path: str | Path) -> None:
     """Mean vs worst position score of every scored feasible trial; front, baselines and choice highlighted."""
     fig = Figure(figsize=(6.4, 4.8))
     ax = fig.add_subplot()
@@ -77,10 +77,11 @@ def plot_pareto(report: Mapping[str, Any], path: str | Path) -> None:
                 textcoords="offset points",
             )
     chosen = report.get("chosen")
-    if chosen and chosen.get("objectives"):
+    objectives = chosen["objectives"] if chosen else None
+    if chosen and objectives:
         ax.scatter(
-            [chosen["objectives"]["mean"]],
-            [chosen["objectives"]["worst"]],
+            [objectives["mean"]],
+            [objectives["worst"]],
             marker="*",
             s=160,
             color="gold",
@@ -98,7 +99,7 @@ def plot_pareto(report: Mapping[str, Any], path: str | Path) -> None:
     _save(fig, Path(path))
 
 
-def plot_factors(report: Mapping[str, Any], path: str | Path) -> None:
+def plot_factors(report: SearchReport, path: str | Path) -> None:
     """Found factors by layer with the control points (at depth x * (L - 1)), best uniform and 1."""
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
@@ -111,8 +112,9 @@ def plot_factors(report: Mapping[str, Any], path: str | Path) -> None:
         if t["number"] in report["pareto_front"] and t["factors"] and t["baseline"] is None:
             ax.plot(x, t["factors"], color="0.75", lw=0.8)
     uniform = report["baselines"].get("best_uniform")
-    if uniform:
-        ax.axhline(uniform["uniform"], color="tab:blue", ls="--", lw=1, label=f"best uniform ({uniform['uniform']:g})")
+    factor = uniform["uniform"] if uniform else None
+    if factor is not None:
+        ax.axhline(factor, color="tab:blue", ls="--", lw=1, label=f"best uniform ({factor:g})")
     chosen = report.get("chosen")
     if chosen and chosen.get("factors"):
         ax.plot(x, chosen["factors"], "-o", color="tab:red", ms=3, label=f"found (trial {chosen['number']})")
@@ -126,9 +128,11 @@ def plot_factors(report: Mapping[str, Any], path: str | Path) -> None:
     _save(fig, Path(path))
 
 
-def plot_positions(report: Mapping[str, Any], path: str | Path) -> None:
+def plot_positions(report: SearchReport, path: str | Path) -> None:
     """Held-out score by gold position, with the paired standard error of each difference to base as error bar."""
-    holdout = report["holdout"]
+    holdout = report.get("holdout")
+    if not holdout:
+        raise ValueError("the report has no held-out section: there is nothing to plot by gold position")
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
     colors = {"base": "black", "best_uniform": "tab:blue", "found": "tab:red"}

@@ -21,10 +21,11 @@ import shutil
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from rope_adapter.provenance import Provenance, ProvenanceScores, ProvenanceTask, SearchScores
 from rope_adapter.scoring.paired import differences_by_position_and_record
 from rope_adapter.writable import write_text_atomic
 
@@ -32,6 +33,7 @@ from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
 from .racing import stage_ends
 from .report_md import markdown_summary
+from .report_types import ChosenCurve, ConfigSummary, SearchReport, TimingSummary
 from .results_record import holdout_table
 from .samplers import LEGACY_SAMPLER, describe_sampler
 from .settings import SearchSettings, settings_dict
@@ -193,7 +195,7 @@ def search_set_warning(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _config_summary(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _config_summary(record: Mapping[str, Any] | None) -> ConfigSummary | None:
     if record is None:
         return None
     return {
@@ -218,7 +220,7 @@ def build_report(
     sampler_seed: int | None,
     search_seconds: float,
     trials_this_run: int,
-) -> dict[str, Any]:
+) -> SearchReport:
     """Everything about the study except the held-out results (see :func:`add_holdout`)."""
     spec = settings.objective_spec()
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
@@ -233,7 +235,7 @@ def build_report(
     if starts and ends:
         span = (datetime.fromisoformat(max(ends)) - datetime.fromisoformat(min(starts))).total_seconds()
     n_samples = len(worker.search)
-    timing = {
+    timing: TimingSummary = {
         "search_seconds_this_run": search_seconds,
         "trials_this_run": trials_this_run,
         "trials_per_minute_this_run": trials_this_run / (search_seconds / 60) if search_seconds > 0 else None,
@@ -249,7 +251,7 @@ def build_report(
         "device": worker.device,
         "dtype": worker.dtype,
     }
-    chosen = None
+    chosen: ChosenCurve | None = None
     if found is not None:
         chosen = {
             "number": found["number"],
@@ -343,7 +345,7 @@ def racing_summary(records: Sequence[Mapping[str, Any]], settings: SearchSetting
     }
 
 
-def task_summary(settings: SearchSettings, worker: Worker) -> dict[str, Any]:
+def task_summary(settings: SearchSettings, worker: Worker) -> ProvenanceTask:
     """The task part of the report and the adapter's provenance."""
     positions = sorted({int(p) for p in worker.search.positions})
     return {
@@ -361,16 +363,17 @@ def task_summary(settings: SearchSettings, worker: Worker) -> dict[str, Any]:
     }
 
 
-def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
+def provenance(report: SearchReport) -> Provenance:
     """The adapter's provenance: curve, study, task and scores."""
     settings = report["settings"]
     chosen = report["chosen"]
-    scores: dict[str, Any] = {
-        "objectives": report["study"]["objectives"],
-        "search": {"by_position": chosen["by_position"], **(chosen["objectives"] or {})},
-    }
-    if chosen.get("warning"):
-        scores["search"]["warning"] = chosen["warning"]
+    if chosen is None:
+        raise ValueError("the report has no chosen trial: there is no curve to describe")
+    # the objective values under their names ("mean", "worst" or "fitness")
+    search = cast(SearchScores, {"by_position": chosen["by_position"] or {}, **(chosen["objectives"] or {})})
+    if chosen["warning"]:
+        search["warning"] = chosen["warning"]
+    scores: ProvenanceScores = {"objectives": report["study"]["objectives"], "search": search}
     holdout = report.get("holdout")
     if holdout:
         found = holdout["configs"]["found"]
@@ -388,7 +391,7 @@ def provenance(report: Mapping[str, Any]) -> dict[str, Any]:
         "curve": {
             "degree": settings["degree"],
             "x_mode": settings["x_mode"],
-            "control_points": chosen["control_points"],
+            "control_points": chosen["control_points"] or [],
             "s_min": settings["s_min"],
             "s_max": settings["s_max"],
         },
@@ -426,7 +429,7 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
-def write_outputs(report: dict[str, Any], out: Path) -> Path:
+def write_outputs(report: SearchReport, out: Path) -> Path:
     """Write ``search_report.json`` (first, so that a plotting problem cannot lose it), the Markdown summary and
     the figures; returns the JSON path."""
     from . import plots  # matplotlib (about 0.5 s) loads only when the outputs are written

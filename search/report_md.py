@@ -8,6 +8,8 @@ from typing import Any
 from rope_adapter.scoring.metrics import metric_title
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
+from .report_types import SearchReport
+
 
 def _diff_cell(d: Mapping[str, Any]) -> str:
     """A paired difference with its 95 % interval (``± se`` for reports written before intervals were stored)."""
@@ -24,7 +26,7 @@ def _found_label(chosen: Mapping[str, Any] | None) -> str:
     return f"found (trial {chosen['number']})"
 
 
-def markdown_summary(report: Mapping[str, Any]) -> str:
+def markdown_summary(report: SearchReport) -> str:
     """A short human-readable summary of the report."""
     s = report["settings"]
     study = report["study"]
@@ -69,7 +71,7 @@ def markdown_summary(report: Mapping[str, Any]) -> str:
     ):
         if rec is None or not rec.get("by_position"):
             continue
-        bp = rec["by_position"]
+        bp = rec["by_position"] or {}
         obj = rec["objectives"] or {}
         lines.append(
             f"| {label} | "

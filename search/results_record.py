@@ -28,6 +28,8 @@ from rope_adapter.scoring.results_table import (
     t_difference,
 )
 
+from .report_types import SearchReport
+
 LABELS = {"base": "base (all factors 1)", "best_uniform": "best uniform", "found": "found"}
 ROLES = {"base": "base", "best_uniform": "uniform", "found": "found"}
 
@@ -55,7 +57,7 @@ DIFFERENCE_KEYS = {
 ``differences``): shown in the record, or knowingly left out of it."""
 
 
-def holdout_table(report: Mapping[str, Any]) -> ResultsTable:
+def holdout_table(report: SearchReport) -> ResultsTable:
     """The held-out comparison of a search report (the dict search_report.json holds) as the results record."""
     holdout = report.get("holdout")
     if not isinstance(holdout, Mapping) or not holdout.get("configs"):

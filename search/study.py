@@ -35,11 +35,14 @@ from typing import Any
 
 import optuna
 
+from rope_adapter.provenance import Provenance
+
 from . import report as report_mod
 from .data import load_split, perplexity_text_path
 from .holdout import add_holdout
 from .objective import FactorConstraints
 from .outputs import check_own_outputs
+from .report_types import SearchReport
 from .settings import SearchError, SearchSettings, public_storage, redact_url
 from .storage import (
     _quiet_optuna,
@@ -74,7 +77,7 @@ class SearchResult:
     out_dir: Path
     adapter_dir: Path | None
     report_path: Path
-    report: dict[str, Any]
+    report: SearchReport
     study_name: str
     storage: str  # without password
     chosen_trial: int | None
@@ -235,7 +238,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
     )
 
 
-def save_adapter(worker: Worker, factors: Sequence[float], provenance: dict[str, Any], folder: Path) -> None:
+def save_adapter(worker: Worker, factors: Sequence[float], provenance: Provenance, folder: Path) -> None:
     """Write the chosen factors as a standard LRS adapter folder with its provenance."""
     model = worker.model
     worker.evaluator.set_factors(factors)

@@ -26,6 +26,7 @@ from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from . import evaluation as ev
+from .results import SweepResults
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 CHAT_CHOICES = ("auto", "on", "off")
@@ -216,7 +217,7 @@ class EvalSettings(SampleSettings):
 class EvalResult:
     """What :func:`run_eval` produced: the results (``PositionResults`` or the length sweep's) and the files."""
 
-    results: Any
+    results: SweepResults  # PositionResults or LengthResults
     paths: dict[str, Path]
 
     def to_dict(self) -> dict[str, Any]:

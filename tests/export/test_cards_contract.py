@@ -22,8 +22,9 @@ from rope_adapter.export import export_model
 from rope_adapter.export.card import build_card
 from rope_adapter.export.card_data import read_folder
 from rope_adapter.export.hub import publishable_files, push_folder
+from rope_adapter.provenance import SECTIONS, HeldOutScores, Provenance, ProvenanceTask, SearchScores
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
-from rope_adapter.search import run_search
+from rope_adapter.search import report_types, run_search
 
 ABSOLUTE_PATH = re.compile(r"(?<![\w/.~<>-])/(?:tmp|home|root|var|private|Users|work)/")
 
@@ -98,6 +99,57 @@ def test_every_key_the_writers_write_reaches_the_record_or_is_named_as_left_out(
     assert record == ResultsTable.read(written["eval"])  # results.json carries the record results_table.json holds
     assert [m.name for m in record.metrics] == data["metrics"] == ["accuracy", "tf_accuracy", "logprob"]
     assert [v.name for v in record.variants] == [v["name"] for v in data["variants"]]
+
+
+def keys_of(typed: type) -> tuple[frozenset, frozenset]:
+    """(required, every) key of a TypedDict."""
+    return typed.__required_keys__, typed.__required_keys__ | typed.__optional_keys__
+
+
+def test_the_search_writes_its_report_and_provenance_as_their_one_definition_says(written):
+    """search_report.json and the adapter's provenance have the keys of their TypedDicts (search/report_types.py,
+    rope_adapter/provenance.py), which the card, the plots and the Markdown read: a key a writer adds without
+    adding it there fails here."""
+    report = json.loads((written["adapter"].parent / "search_report.json").read_text())
+    for typed, value in (
+        (report_types.SearchReport, report),
+        (report_types.ModelSummary, report["model"]),
+        (report_types.StudySummary, report["study"]),
+        (report_types.TimingSummary, report["timing"]),
+        (report_types.Baselines, report["baselines"]),
+        (report_types.ChosenCurve, report["chosen"]),
+        (report_types.Holdout, report["holdout"]),
+        (ProvenanceTask, report["task"]),
+        *((report_types.HoldoutConfig, c) for c in report["holdout"]["configs"].values()),
+        *((report_types.ConfigSummary, c) for c in report["baselines"]["uniform"]),
+    ):
+        required, every = keys_of(typed)
+        assert required <= set(value) <= every, (typed.__name__, set(value) ^ every)
+    provenance = json.loads((written["adapter"] / "adapter_config.json").read_text())["provenance"]
+    assert set(provenance) == set(keys_of(Provenance)[1])  # the search writes every section
+    for key, typed in SECTIONS.items():
+        assert set(provenance[key]) <= keys_of(typed)[1], (key, set(provenance[key]) - keys_of(typed)[1])
+    scores = provenance["scores"]
+    assert set(scores["search"]) <= keys_of(SearchScores)[1] and set(scores["holdout"]) <= keys_of(HeldOutScores)[1]
+
+
+def test_the_card_shows_every_section_of_the_provenance_the_search_wrote(written):
+    provenance = json.loads((written["adapter"] / "adapter_config.json").read_text())["provenance"]
+    text = str(build_card(written["adapter"], repo_id="org/tiny-lrs"))
+    assert "Method: Bézier curve of the layer index, searched with NSGA-II (Optuna) (`bezier-nsga2`)" in text
+    assert (
+        f"Curve: degree {provenance['curve']['degree']}, {provenance['curve']['x_mode']} control-point depths" in text
+    )
+    study = provenance["study"]
+    assert f"Optuna study: `{study['name']}`, trial {study['trial']}, sampler {study['sampler']}, " in text
+    assert f"seed {study['seed']}, storage sqlite:///study.db" in text  # the file name, no local path
+    task = provenance["task"]
+    assert f"Task: KV retrieval, {task['pairs']} key-value pairs, gold positions 0, 1, 2, " in text
+    assert f"{task['search_records']} search / {task['holdout_records']} held-out records" in text
+    assert f"data seed {task['data_seed']}, score {task['score']}" in text
+    assert "Objectives (maximised): mean, worst" in text and "Score on the search records: mean " in text
+    for x, y in provenance["curve"]["control_points"]:
+        assert f"| {x:.4f} | {y:.4f} |" in text  # the control-point table
 
 
 def test_card_of_the_searched_adapter_carries_the_held_out_results(written):
