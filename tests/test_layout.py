@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = {  # folder (relative to the repo root) -> the package it is installed as
@@ -139,7 +145,6 @@ def test_the_core_knows_nothing_of_optuna_or_the_hub():
 def test_a_folder_is_its_import_path():
     """Every package folder at the top is rope_adapter itself or a folder the design card maps (search, export,
     model_cards); pyproject maps exactly those."""
-    import tomllib
 
     tops = {p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
     assert tops <= {"rope_adapter", *MAPPED}, tops
@@ -150,9 +155,6 @@ def test_a_folder_is_its_import_path():
 def test_no_top_level_folder_shadows_another_distribution():
     """Python started in the repo root (as lm-evaluation-harness is) must not import the project's folders as
     Hugging Face's ``evaluate`` or any other top-level package."""
-    import subprocess
-    import sys
-
     code = (
         "import importlib.util, os, sys; "
         "names = ['evaluate', 'scoring', 'cli', 'search', 'export', 'model_cards']; "
@@ -166,9 +168,7 @@ def test_no_top_level_folder_shadows_another_distribution():
 
 def test_committed_results_hold_no_absolute_local_path():
     """benchmarks/results is published with the repo: no machine path in its text files (benchmarks/scrub_paths.py
-    rewrites them; SQLite study files aside)."""
-    import re
-
+    rewrites them) nor anywhere in the bytes of its SQLite study files (free pages included)."""
     absolute = re.compile(r"(?<![\w.~<>-])/(?:work|root|home|tmp|Users|mnt|opt)/")
     suffixes = {".json", ".md", ".log", ".sh", ".txt"}
     found = sorted(
@@ -177,12 +177,15 @@ def test_committed_results_hold_no_absolute_local_path():
         if p.is_file() and p.suffix in suffixes and absolute.search(p.read_text(encoding="utf-8", errors="replace"))
     )
     assert not found, found
+    studies = sorted((ROOT / "benchmarks" / "results").rglob("*.db"))
+    assert studies  # the committed studies are scanned, not skipped
+    in_studies = [str(p.relative_to(ROOT)) for p in studies if re.search(absolute.pattern.encode(), p.read_bytes())]
+    assert not in_studies, in_studies
 
 
 def test_scrub_paths_rewrites_local_paths_and_keeps_scripts_working():
     """The scrub once turned ``#!/usr/bin/env bash`` and ``cd "$(dirname "$0")/../../.."`` in committed command.sh
     files into ``<local>/...``: only local paths are rewritten."""
-    import importlib.util
 
     spec = importlib.util.spec_from_file_location("scrub_paths", ROOT / "benchmarks" / "scrub_paths.py")
     module = importlib.util.module_from_spec(spec)
@@ -196,7 +199,6 @@ def test_scrub_paths_rewrites_local_paths_and_keeps_scripts_working():
 
 
 def test_committed_scripts_start_with_a_shebang_and_parse():
-    import subprocess
 
     for script in (ROOT / "benchmarks" / "results").rglob("*.sh"):
         assert script.read_text().startswith("#!/usr/bin/env bash\n"), script
@@ -212,3 +214,17 @@ def test_tests_are_grouped_by_room():
     for room in rooms:
         assert list((tests / room).glob("test_*.py")), room
     assert not list((tests / "testkit").glob("test_*.py"))
+
+
+def test_no_test_has_a_wall_clock_limit():
+    """A loaded machine must not fail a test: no subprocess or wait is bounded by seconds (a socket connect
+    attempt inside a loop that waits for the event itself is not a limit, nor is a server thread's shutdown)."""
+    limit = re.compile(r"\btimeout\s*=\s*(?!None\b)[\w.]+|pytest\.mark\.timeout")
+    allowed = ("create_connection(", "_thread.join(")
+    found = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if limit.search(line) and not any(a in line for a in allowed) and "limit = re.compile" not in line
+    ]
+    assert not found, found

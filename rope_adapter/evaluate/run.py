@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.scoring.loading import EvalError
+from rope_adapter import InvalidFactorsError, validate_factors
+from rope_adapter.scoring.loading import EvalError, load_model_config, resolve_device
 from rope_adapter.scoring.metrics import METRICS
 from rope_adapter.scoring.tasks import available_tasks, canonical_task_name, position_tasks
 from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
@@ -26,6 +27,7 @@ from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from . import evaluation as ev
+from .extrapolation import default_extrapolation_variants, evaluate_lengths, length_windows, parse_lengths
 from .results import SweepResults
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -249,7 +251,6 @@ def _check_count(name: str, value: Any) -> None:
 
 def checked_device(name: str) -> Any:
     """``device`` as a torch device, or one EvalError line naming the choices."""
-    from rope_adapter.scoring.loading import resolve_device
 
     try:
         return resolve_device(name)
@@ -260,7 +261,6 @@ def checked_device(name: str) -> Any:
 
 def checked_model_config(model: str) -> tuple[Any, Any]:
     """(path, config) of ``model`` without its weights, or one EvalError line."""
-    from rope_adapter.scoring.loading import load_model_config
 
     try:
         return load_model_config(model)
@@ -283,7 +283,6 @@ def check_out_folder(out: str | Path) -> None:
 
 def check_uniform_factors(variants: list[Any]) -> None:
     """uniform:F must be a factor the adapter accepts (in range), checked before any variant is scored."""
-    from rope_adapter import InvalidFactorsError, validate_factors
 
     for variant in variants:
         if variant.uniform is not None:
@@ -354,8 +353,6 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
     # 1. variants (syntax) and lengths, before anything is read
     lengths = None
     if s.perplexity:
-        from .extrapolation import parse_lengths
-
         lengths = parse_lengths(s.lengths)
     variant_text = s.variants or "base" + (f",adapter:{s.adapter}" if s.adapter else "")
     variants = parse_variants(variant_text)  # syntax only; the perplexity default needs the config
@@ -374,8 +371,6 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
     if why is not None:
         raise EvalError(f"--num-pairs {s.num_pairs}: {why}; give fewer pairs")
     if s.perplexity and not s.variants:
-        from .extrapolation import default_extrapolation_variants
-
         variant_text = default_extrapolation_variants(lengths, max_positions or max(lengths), s.adapter)
         variants = parse_variants(variant_text)
     plans = check_variants(variants, config)
@@ -397,8 +392,6 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
         "command": command_line(s, variant_text),
     }
     if s.perplexity:
-        from .extrapolation import evaluate_lengths, length_windows
-
         windows = length_windows(s.data, tokenizer, lengths, num_windows=s.num_windows, stride=s.stride)
         recorded.update({"data_path": str(s.data), "stride": s.stride})
         log(

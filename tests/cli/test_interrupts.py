@@ -27,7 +27,7 @@ def test_a_signal_during_a_search_is_one_line_and_leaves_no_running_trial(tmp_pa
             assert process.poll() is None, process.communicate()
             time.sleep(0.1)
         process.send_signal(sig)
-        _, stderr = process.communicate(timeout=120)
+        _, stderr = process.communicate()
     finally:
         if process.poll() is None:
             process.kill()
@@ -47,6 +47,6 @@ def test_info_into_a_closed_pipe_is_quiet(tmp_path):
     )
     head = subprocess.run(["head", "-c", "1"], stdin=info.stdout, capture_output=True)
     info.stdout.close()
-    _, stderr = info.communicate(timeout=300)
+    _, stderr = info.communicate()
     assert head.stdout and info.returncode == 0, stderr
     assert b"BrokenPipeError" not in stderr and b"Traceback" not in stderr, stderr

@@ -984,7 +984,6 @@ class HubTestServer:
         hf_home: str | os.PathLike[str],
         token: str | None = None,
         *,
-        timeout: float | None = None,
         check: bool = True,
         cwd: str | os.PathLike[str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
@@ -997,7 +996,6 @@ class HubTestServer:
             env=self.client_env(hf_home, token),
             capture_output=True,
             text=True,
-            timeout=timeout,
             cwd=cwd,
         )
         if check and proc.returncode != 0:
