@@ -108,6 +108,7 @@ def budget_settings(args: argparse.Namespace) -> SearchSettings:
         uniform=tuple(args.uniform),
         seed=getattr(args, "seed", 0),
         threads=args.threads,
+        dtype=getattr(args, "dtype", "auto"),
         progress=False,
     )
 
