@@ -26,12 +26,15 @@ from pathlib import Path
 import numpy as np
 from machine_info import environment
 from racing import _interval, budget_settings, summarise
+from scipy import stats
 
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.search import SearchSettings, run_search
 
 
-def run_arm(base: SearchSettings, arm: str, seed: int, out: Path) -> dict:
+def run_arm(base: SearchSettings, arm: str, seed: int, out: Path, report_only: bool = False) -> dict | None:
+    """The summary of one arm's run for one seed: read back when it has finished, else run (None with
+    ``report_only``)."""
     sampler, score = arm.split(":")
     folder = out / f"{sampler}-{score}-seed{seed}"
     report_path = folder / "search_report.json"
@@ -39,11 +42,35 @@ def run_arm(base: SearchSettings, arm: str, seed: int, out: Path) -> dict:
         report = json.loads(report_path.read_text())
         if report.get("holdout"):
             return {**summarise(report, str(folder), (report.get("chosen") or {}).get("number")), "seconds": None}
+    if report_only:
+        return None
     settings = SearchSettings(**{**base.__dict__, "sampler": sampler, "score": score, "seed": seed, "out": str(folder)})
     start = time.perf_counter()
     result = run_search(settings)
     summary = summarise(result.report, str(result.out_dir), result.chosen_trial)
     return {**summary, "seconds": time.perf_counter() - start}
+
+
+def over_seeds_summary(by_seed: dict, other: str) -> dict:
+    """found - other over seeds: the mean of the seeds' held-out differences with a t interval over seeds, and how
+    many seeds' own paired intervals lie above (wins) or below (losses) 0."""
+    diffs = [d for d in (found_minus(r, other) for r in by_seed.values()) if d and d.get("diff") is not None]
+    values = np.array([d["diff"] for d in diffs], dtype=float)
+    difference = None
+    if len(values):
+        mean = float(values.mean())
+        half = (
+            float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values)))
+            if len(values) > 1
+            else float("nan")
+        )
+        difference = {"diff": mean, "ci_low": mean - half, "ci_high": mean + half}
+    return {
+        "seeds": len(values),
+        "difference": difference,
+        "wins": sum(1 for d in diffs if d["ci_low"] > 0),
+        "losses": sum(1 for d in diffs if d["ci_high"] < 0),
+    }
 
 
 def found_minus(arm_run: dict, other: str) -> dict | None:
@@ -65,13 +92,17 @@ def main() -> None:
     parser.add_argument("--arms", nargs="+", default=["nsga2:answer", "gp:answer", "tpe:answer"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished runs")
     parser.add_argument(
         "--dtype", default="auto", help="the searches' and held-out steps' dtype (bfloat16: about 3.7x faster on AMX)"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"))
     args = parser.parse_args()
     base = budget_settings(args)
-    runs = {arm: {seed: run_arm(base, arm, seed, args.out) for seed in args.seeds} for arm in args.arms}
+    runs = {
+        arm: {seed: run_arm(base, arm, seed, args.out, args.report_only) for seed in args.seeds} for arm in args.arms
+    }
+    runs = {arm: {s: r for s, r in by_seed.items() if r is not None} for arm, by_seed in runs.items()}
     results = {
         "model": args.model,
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
@@ -114,6 +145,25 @@ def write(results: dict, runs: dict, args: argparse.Namespace) -> None:
     for arm, m in sorted(means.items(), key=lambda kv: -(kv[1] or -1)):
         lines.append(f"- {arm}: {fmt(m)}")
     results["mean_found_tf_accuracy"] = means
+    over_seeds = {
+        arm: {other: over_seeds_summary(by_seed, other) for other in ("base", "best_uniform")}
+        for arm, by_seed in runs.items()
+    }
+    results["over_seeds"] = over_seeds
+    lines += [
+        "",
+        "Held-out difference of the found curve, over seeds (mean of the seeds' differences, 95 % t interval over "
+        "seeds; wins / losses: seeds whose own paired interval lies above / below 0):",
+        "",
+        "| arm | seeds | found - base | wins / losses | found - best uniform | wins / losses |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, by_other in over_seeds.items():
+        cells = []
+        for other in ("base", "best_uniform"):
+            o = by_other[other]
+            cells += [_interval(o["difference"]), f"{o['wins']} / {o['losses']}"]
+        lines.append(f"| {arm} | {by_other['base']['seeds']} | " + " | ".join(cells) + " |")
     out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
