@@ -24,6 +24,7 @@ from rope_adapter.writable import write_text_atomic
 
 from . import evaluation as ev
 from .analysis import REGIONS, decay_curves, last_token_attention_shares
+from .own_outputs import ANALYZE_STAMP
 from .plots import plot_attention_shares, plot_decay
 from .run import (
     SampleSettings,
@@ -125,7 +126,7 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
     variant = parse_variant(spec) if spec else None
     if variant is not None and variant.is_base:
         raise EvalError("--variant base compares the base with itself; give an adapter or another variant")
-    check_out_folder(s.out)
+    check_out_folder(s.out, "analyze")
     if "sensitivity" in s.parts and variant is not None and variant.rope_type is not None:
         raise EvalError(
             f"sensitivity is taken in the LRS factors only; {variant.spec!r} changes the RoPE type: give an "
@@ -139,10 +140,11 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
     out = Path(s.out)
     report: list[str] = [f"# Analysis of {s.model}", ""]
     paths: dict[str, Path] = {}
+    # the prompts are made and checked against the model's positions before the first file is written
+    prompts = _Prompts(s, path, config, log) if set(PROMPT_PARTS) & set(s.parts) else None
     if "decay" in s.parts:
         report += _decay(s, config, variant, plans, out, paths, log)
-    if set(PROMPT_PARTS) & set(s.parts):
-        prompts = _Prompts(s, path, config, log)
+    if prompts is not None:
         if "attention" in s.parts:
             report += _attention(s, prompts, variant, plans, out, paths, log)
         if "sensitivity" in s.parts:
@@ -176,7 +178,10 @@ def _decay(s: AnalyzeSettings, config: Any, variant: Any, plans: dict, out: Path
             for value, which in sorted({(lo, "smallest"), (hi, "largest")}):
                 factors.append(value)
                 labels.append(f"{variant.name}: {which} factor {value:.3g} (layer {factors_l.index(value)})")
-    data = decay_curves(factors, max_distance=max_distance, head_dim=head_dim, theta=theta, labels=labels)
+    data = {
+        "written_by": ANALYZE_STAMP,
+        **decay_curves(factors, max_distance=max_distance, head_dim=head_dim, theta=theta, labels=labels),
+    }
     out.mkdir(parents=True, exist_ok=True)
     paths["decay_json"] = out / "decay.json"
     write_text_atomic(paths["decay_json"], json.dumps(data) + "\n")
@@ -236,6 +241,7 @@ def _attention(
         )
     tokens = {"min": min(map(len, sequences)), "max": max(map(len, sequences))}
     data = {
+        "written_by": ANALYZE_STAMP,
         "regions": list(REGIONS),
         "skip_first": s.skip_first,
         "num_samples": len(sequences),

@@ -28,6 +28,7 @@ from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from . import evaluation as ev
 from .extrapolation import default_extrapolation_variants, evaluate_lengths, length_windows, parse_lengths
+from .own_outputs import ANALYZE_OUTPUTS, EVAL_OUTPUTS, analyze_wrote, check_own_outputs, eval_wrote
 from .results import SweepResults
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -272,13 +273,18 @@ def checked_model_config(model: str) -> tuple[Any, Any]:
         ) from None
 
 
-def check_out_folder(out: str | Path) -> None:
-    """Refuse an output folder that is a file or cannot be written (read-only, full) before any work."""
+def check_out_folder(out: str | Path, command: str = "eval") -> None:
+    """Refuse, before any work, an output folder that is a file, cannot be written (read-only, full) or holds
+    outputs ``command`` (eval or analyze) did not write."""
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise EvalError(f"--out {out} is a file: give a folder")
     if (why := unwritable_reason(out, "--out")) is not None:
         raise EvalError(why)
+    if command == "analyze":
+        check_own_outputs(out, ANALYZE_OUTPUTS, analyze_wrote, command)
+    else:
+        check_own_outputs(out, EVAL_OUTPUTS, eval_wrote, command)
 
 
 def check_uniform_factors(variants: list[Any]) -> None:

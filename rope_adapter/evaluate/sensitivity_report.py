@@ -12,6 +12,7 @@ from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.scoring.shared_prefix import TokenizedTask
 from rope_adapter.writable import write_text_atomic
 
+from .own_outputs import ANALYZE_STAMP
 from .plots import plot_sensitivity
 from .sensitivity import layer_sensitivity
 
@@ -50,6 +51,7 @@ def sensitivity_section(
         entries.append({"name": name, **result.to_dict()})
         log(f"  {name:<24} score {result.scores.mean():.4f}; {_top(entries[-1]['by_layer'])}")
     data = {
+        "written_by": ANALYZE_STAMP,
         "model": model_name,
         "num_samples": len(task),
         "num_records": records,
