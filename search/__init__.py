@@ -10,19 +10,21 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .report_types import SearchReport
     from .settings import SearchError, SearchSettings
     from .study import SearchResult, run_search
     from .transfer import copy_trials
 
 _LAZY = {  # the public API, each name from the module that defines it
     "SearchError": "settings",
+    "SearchReport": "report_types",
     "SearchResult": "study",
     "SearchSettings": "settings",
     "run_search": "study",
     "copy_trials": "transfer",
 }
 
-__all__ = ["SearchError", "SearchResult", "SearchSettings", "copy_trials", "run_search"]
+__all__ = ["SearchError", "SearchReport", "SearchResult", "SearchSettings", "copy_trials", "run_search"]
 
 
 def __getattr__(name: str) -> Any:
