@@ -14,11 +14,13 @@ does the work (every input checked before the model's weights are loaded).
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import fields
 from typing import Any
 
 from rope_adapter.cli.settings_flags import add_flags, add_settings_flags, settings_fields, settings_values
 from rope_adapter.evaluate.run import TASK_GROUP, EvalSettings, SampleSettings, run_eval
+from rope_adapter.scoring.loading import bfloat16_hint
 
 MODEL_FIELDS = ("model", "dtype", "device")
 
@@ -61,7 +63,10 @@ def settings_from_argv(argv: list[str]) -> EvalSettings:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = run_eval(settings_from_args(args))
+    settings = settings_from_args(args)
+    result = run_eval(settings)
+    if (hint := bfloat16_hint(settings.dtype, settings.device)) is not None:
+        print(hint, file=sys.stderr)  # after the run: an error stays one line
     print_summary(result.to_dict())
     print("wrote " + ", ".join(str(p) for p in result.paths.values()))
     return 0

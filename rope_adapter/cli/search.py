@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 from rope_adapter.cli import CliInterrupted, IntListAction, output_path
 from rope_adapter.cli.settings_flags import add_settings_flags
 from rope_adapter.export.staging import sigterm_as_interrupt
+from rope_adapter.scoring.loading import bfloat16_hint
 from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.objective import SCORE_KINDS
 from rope_adapter.search.samplers import SAMPLERS
@@ -192,8 +194,11 @@ def _interrupts_in_one_line() -> Iterator[None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
     with _interrupts_in_one_line():
-        result = run_search(settings_from_args(args))
+        result = run_search(settings)
+    if (hint := bfloat16_hint(settings.dtype, settings.device)) is not None:
+        print(hint, file=sys.stderr)  # after the run: an error stays one line
     report = result.report
     holdout = report.get("holdout") or {}
     summary = {
