@@ -12,8 +12,8 @@ Writes ``<out>.json`` and ``<out>.md``.
     .venv/bin/python benchmarks/samplers.py --arms nsga2:answer gp:answer tpe:answer --seeds 0 1 2 \\
         --out benchmarks/results/samplers_smollm2_10pairs
 
-With ``--dtype bfloat16`` every search and held-out step runs in bfloat16 (on a CPU with AMX about 3.7x faster for
-SmolLM2; ``benchmarks/results/dtype_agreement_qwen_50pairs.md`` compares the verdicts with float32).
+With ``--dtype bfloat16`` every search and held-out step runs in bfloat16 (on a CPU with AMX several times faster;
+``benchmarks/results/dtype_agreement_qwen_50pairs.md`` measures it on Qwen and compares the verdicts with float32).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished runs")
     parser.add_argument(
-        "--dtype", default="auto", help="the searches' and held-out steps' dtype (bfloat16: about 3.7x faster on AMX)"
+        "--dtype", default="auto", help="the searches' and held-out steps' dtype (bfloat16: several times faster on AMX)"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"))
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 17 item 2: which search score ranks the SmolLM2 10-pair study's trials like their held-out accuracy?
-# In bfloat16 (about 3.7x faster on a CPU with AMX; ../dtype_agreement_qwen_50pairs.md). 16 trials spread over
+# In bfloat16 (several times faster on a CPU with AMX; ../dtype_agreement_qwen_50pairs.md). 16 trials spread over
 # the study's range, each re-scored on its 40 search and 40 held-out records. Resumable:
 # trials.jsonl keeps every trial scored; run again and only the missing ones run ("--report-only" to summarise).
 # The study file is copied first (Optuna may write to a file it opens).
