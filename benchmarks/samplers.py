@@ -94,7 +94,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished runs")
     parser.add_argument(
-        "--dtype", default="auto", help="the searches' and held-out steps' dtype (bfloat16: several times faster on AMX)"
+        "--dtype",
+        default="auto",
+        help="the searches' and held-out steps' dtype (bfloat16: several times faster on AMX)",
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"))
     args = parser.parse_args()
