@@ -40,6 +40,10 @@ SAMPLERS: dict[str, str] = {
 }
 """The sampler names :attr:`SearchSettings.sampler` accepts, with what each is."""
 
+DEFAULT_SAMPLER = "gp"
+"""The sampler of a new study when :attr:`SearchSettings.sampler` is None (a resumed study keeps its own): it
+found the best curves at a few dozen trials in ``benchmarks/samplers.py`` and ``benchmarks/feasibility.py``."""
+
 LEGACY_SAMPLER = "nsga2"
 """The sampler of studies made before the sampler was a setting (their fingerprint has no ``sampler``)."""
 

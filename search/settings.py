@@ -141,10 +141,11 @@ class SearchSettings:
     )
     study: str = _f("lrs-search", "Study name inside the storage.")
     workers: int = _f(1, "Worker processes on this machine (each loads the model once).")
-    sampler: str = _f(
-        "nsga2",
-        "Optuna sampler: 'nsga2' (the paper's NSGA-II), 'gp' (Gaussian process with constraints, for a few dozen "
-        "trials) or 'tpe' (multivariate TPE); see rope_adapter.search.samplers.",
+    sampler: str | None = _f(
+        None,
+        "Optuna sampler: 'gp' (Gaussian process with constraints, for a few dozen trials), 'nsga2' (the paper's "
+        "NSGA-II, for hundreds of trials) or 'tpe' (multivariate TPE); see rope_adapter.search.samplers. Default: "
+        "the sampler a resumed study was made with, 'gp' for a new study.",
     )
     population: int = _f(16, "NSGA-II population size (--sampler nsga2).")
     race: tuple[float, ...] = _f(
@@ -237,7 +238,7 @@ class SearchSettings:
                 raise SearchError(f"{name} must be an integer >= 1, got {value!r}")
         if self.holdout_records < 0:
             raise SearchError(f"holdout_records must be >= 0, got {self.holdout_records}")
-        if self.sampler not in SAMPLERS:
+        if self.sampler is not None and self.sampler not in SAMPLERS:
             raise SearchError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if self.population < 2:
             raise SearchError(f"population must be >= 2 (NSGA-II), got {self.population}")

@@ -15,6 +15,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from rope_adapter.writable import unwritable_reason
 
 from .bezier import BezierSpace
 from .racing import stage_ends
-from .samplers import LEGACY_SAMPLER
+from .samplers import DEFAULT_SAMPLER, LEGACY_SAMPLER
 from .settings import SearchError, SearchSettings, redact_url
 
 logger = logging.getLogger(__name__)
@@ -90,6 +91,20 @@ def weights_fingerprint(folder: Path) -> str | None:
     return digest.hexdigest()
 
 
+def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
+    """``settings`` with its sampler named: the one it gives; else the one the study ``settings.study`` in
+    ``storage`` was made with (NSGA-II for a study made before the sampler was a setting), so that a study resumes
+    with the command that made it; else :data:`~search.samplers.DEFAULT_SAMPLER` for a new study."""
+    if settings.sampler is not None:
+        return settings
+    stored = None
+    with contextlib.suppress(KeyError):
+        study = optuna.load_study(study_name=settings.study, storage=storage)
+        stored = _legacy_space(_wait_for_settings(study))
+    sampler = stored.get("sampler") if isinstance(stored, dict) else None
+    return replace(settings, sampler=sampler if isinstance(sampler, str) else DEFAULT_SAMPLER)
+
+
 def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
     """The settings that define a study's trials; a study is resumed only with equal ones."""
     ppl = None
@@ -136,8 +151,14 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         "uniform": settings.uniform_values(),
         "perplexity": ppl,
         "race": {"ends": stage_ends(settings.search_records, settings.race), "z": settings.race_z},
-        "sampler": settings.sampler,
+        "sampler": _named_sampler(settings),
     }
+
+
+def _named_sampler(settings: SearchSettings) -> str:
+    if settings.sampler is None:
+        raise ValueError("the settings name no sampler yet: pass them through resolve_sampler(settings, storage)")
+    return settings.sampler
 
 
 def _differences(stored: Any, current: Any, prefix: str = "") -> list[str]:

@@ -51,6 +51,7 @@ from .storage import (
     create_or_load_study,
     open_storage,
     output_errors,
+    resolve_sampler,
     storage_errors,
     study_fingerprint,
 )
@@ -113,6 +114,8 @@ def check_stored_study(settings: SearchSettings) -> None:
     if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).is_file():
         return
     storage = open_storage(url, settings.heartbeat)
+    with _quiet_optuna():
+        settings = resolve_sampler(settings, storage)
     fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
     with _quiet_optuna():
         check_existing_study(storage, settings.study, fingerprint)
@@ -141,6 +144,8 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
         check_writable(out)
         perplexity_text_path(settings)
         storage = open_storage(url, settings.heartbeat)
+        with _quiet_optuna(), storage_errors(shown_url):
+            settings = resolve_sampler(settings, storage)  # a resumed study keeps its own; new ones get the default
         device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, device)
         fingerprint = study_fingerprint(settings, dtype)

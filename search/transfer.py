@@ -13,10 +13,12 @@ Example: ``copy_trials(SearchSettings(..., sampler="gp", out="new"), "sqlite:///
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 
+from .samplers import DEFAULT_SAMPLER
 from .settings import SearchError, SearchSettings, redact_url
 from .storage import (
     BASELINE_ATTR,
@@ -45,6 +47,8 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
     Returns ``{"copied": n, "skipped": [trial numbers], "enqueued": [uniform values]}``. Refuses (:class:`SearchError`,
     nothing written) a target study that exists, or a source made with other settings.
     """
+    if settings.sampler is None:  # the target is a new study
+        settings = replace(settings, sampler=DEFAULT_SAMPLER)
     fingerprint = study_fingerprint(settings, dtype)
     target_url = settings.storage_url()
     with _quiet_optuna():

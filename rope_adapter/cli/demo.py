@@ -30,6 +30,7 @@ from rope_adapter.embedded import resolve_model_path
 from rope_adapter.export.bake import check_adapter_fits
 from rope_adapter.export.card import build_card
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
+from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.settings import DEFAULT_UNIFORM, SearchError
 from rope_adapter.search.study import check_search, check_stored_study
 from rope_adapter.writable import write_text_atomic
@@ -51,7 +52,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pairs", type=int, default=10, help="key-value pairs per record (default: 10)")
     p.add_argument("--positions", type=int, nargs="+", default=[0, 4, 9], help="gold positions (default: 0 4 9)")
     p.add_argument("--trials", type=int, default=24, help="search trials (default: 24)")
-    p.add_argument("--population", type=int, default=8, help="NSGA-II population per generation (default: 8)")
+    p.add_argument(
+        "--sampler",
+        choices=list(SAMPLERS),
+        default=None,
+        help="the search's Optuna sampler (default: search's own, gp for a new study; see rope-adapter search --help)",
+    )
+    p.add_argument(
+        "--population", type=int, default=8, help="NSGA-II population per generation, with --sampler nsga2 (default: 8)"
+    )
     p.add_argument(
         "--s-min",
         type=float,
@@ -185,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
             "--population",
             str(args.population),
         ]
+        + (["--sampler", args.sampler] if args.sampler else [])
         + ["--s-min", f"{args.s_min:g}", "--s-max", f"{args.s_max:g}"]
         + [
             "--storage",

@@ -130,7 +130,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "search",
         help="search per-layer RoPE factors (Bezier curve + an Optuna sampler) and save the best as an adapter",
         description="Search per-layer RoPE scaling factors on a fitness task: the factors follow a Bezier curve "
-        "over layer depth; an Optuna sampler (--sampler: NSGA-II, GP or TPE) maximises the mean and the worst "
+        "over layer depth; an Optuna sampler (--sampler: GP by default, NSGA-II or TPE) maximises the mean and the worst "
         "gold-position score under constraints "
         "(factor bounds, optional perplexity guard). The unscaled model and uniform factors are the first trials. "
         "Writes the chosen adapter, a JSON/Markdown report with a held-out comparison, and plots.",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import warnings
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from testkit.searches import two_workers as _two_workers
 
 from rope_adapter.search import SearchError, copy_trials, run_search
 from rope_adapter.search import storage as storage_mod
-from rope_adapter.search.samplers import SAMPLERS, STARTUP_TRIALS, build_sampler, describe_sampler
+from rope_adapter.search.samplers import DEFAULT_SAMPLER, SAMPLERS, STARTUP_TRIALS, build_sampler, describe_sampler
 from rope_adapter.search.storage import TRIAL_ATTR
 
 NUM_LAYERS = 4
@@ -78,13 +79,39 @@ def test_resuming_with_another_sampler_is_refused_with_the_way_out(searches, mod
         run_search(other)
 
 
-def test_a_study_made_before_the_sampler_setting_resumes_as_nsga2(tmp_path, model_dir):
+def test_resuming_without_a_sampler_keeps_the_study_s_own(searches, model_dir, tmp_path):
+    """The default sampler is "the study's own" for a resumed study: a study made with NSGA-II (the default before
+    GP) resumes with the command that made it, and its report still names NSGA-II."""
+    settings, _, _ = searches["nsga2"]
+    shutil.copytree(settings.out, tmp_path / "copy")  # the fixture's study stays as it is for the other tests
+    again = small(tmp_path / "copy", model_dir, trials=settings.trials + 1, degree=2, race=())
+    assert again.sampler is None
+    result = run_search(again)
+    assert result.report["settings"]["sampler"] == "nsga2"
+    assert result.report["study"]["sampler"] == describe_sampler("nsga2", settings.population)
+    assert len([t for t in load_trials(again) if t.state.name == "COMPLETE"]) == settings.trials + 1
+
+
+def test_a_new_study_gets_the_default_sampler(tmp_path, model_dir):
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db")
+    assert settings.sampler is None
+    storage = storage_mod.open_storage(settings.storage)
+    assert storage_mod.resolve_sampler(settings, storage).sampler == DEFAULT_SAMPLER == "gp"
+    with pytest.raises(ValueError, match="resolve_sampler"):
+        storage_mod.study_fingerprint(settings, "float32")
+    named = small(tmp_path, model_dir, storage=settings.storage, sampler="tpe")
+    assert storage_mod.resolve_sampler(named, storage) is named
+
+
+def test_a_study_made_before_the_sampler_setting_resumes_as_nsga2(tmp_path, model_dir):
+    settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
     old = storage_mod.study_fingerprint(settings, "float32")
     del old["sampler"]
     storage = storage_mod.open_storage(settings.storage)
     storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
     assert storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(settings, "float32"))
+    default = small(tmp_path, model_dir, storage=settings.storage, study="lrs")
+    assert storage_mod.resolve_sampler(default, storage).sampler == "nsga2"
     gp = small(tmp_path, model_dir, storage=settings.storage, sampler="gp")
     with pytest.raises(SearchError, match="sampler"):
         storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(gp, "float32"))

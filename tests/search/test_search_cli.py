@@ -85,12 +85,12 @@ def test_cli_end_to_end(tmp_path, model_dir, capsys):
     assert rope_adapter.get_factors(model) == pytest.approx(chosen["factors"], abs=1e-6)
     config = model.peft_config["default"]
     provenance = config.provenance
-    assert provenance["method"] == "bezier-nsga2"
+    assert provenance["method"] == "bezier-gp"  # the default sampler of a new study
     assert set(provenance["curve"]) >= {"degree", "x_mode", "control_points"}
     assert provenance["curve"]["control_points"] == chosen["control_points"]
     assert provenance["study"]["name"] == "lrs-search" and provenance["study"]["trial"] == chosen["number"]
     assert provenance["study"]["storage"].startswith("sqlite:///") and provenance["study"]["seed"] == 3
-    assert provenance["study"]["sampler"].startswith("NSGAIISampler")
+    assert provenance["study"]["sampler"].startswith("GPSampler")
     assert provenance["task"]["name"] == "kv_retrieval" and provenance["task"]["positions"] == [0, 1, 2]
     assert "holdout" in provenance["scores"] and "search" in provenance["scores"]
     with torch.inference_mode():

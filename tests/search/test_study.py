@@ -464,14 +464,14 @@ def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_marg
     with the new default would change its distributions under NSGA-II, so it is refused with the fix."""
     from rope_adapter.search import storage as storage_mod
 
-    settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db")
+    settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
     old = storage_mod.study_fingerprint(settings, "float32")
-    del old["space"]["endpoint_margin"]
+    del old["space"]["endpoint_margin"], old["sampler"]  # it was made before both settings existed
     storage = storage_mod.open_storage(settings.storage)
     storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
     with pytest.raises(SearchError, match=r"space.endpoint_margin: True in the study, False now.*--endpoint-margin"):
         storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(settings, "float32"))
-    legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True)
+    legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True, sampler="nsga2")
     assert storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(legacy, "float32"))
 
 

@@ -42,8 +42,10 @@ def cli_args(settings: SearchSettings) -> list[str]:
         "--search-records", str(settings.search_records), "--holdout-records", str(settings.holdout_records),
         "--trials", str(settings.trials), "--population", str(settings.population), "--s-max", str(settings.s_max),
         "--device", "cpu", "--out", settings.out, "--heartbeat", str(settings.heartbeat), "--no-progress",
-        "--workers", str(settings.workers), "--study", settings.study, "--sampler", settings.sampler,
+        "--workers", str(settings.workers), "--study", settings.study,
     ]  # fmt: skip
+    if settings.sampler:
+        args += ["--sampler", settings.sampler]
     if settings.storage:
         args += ["--storage", settings.storage]
     return args
