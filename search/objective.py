@@ -20,7 +20,7 @@ once (:func:`rope_adapter.scoring.shared_prefix.prepare`), are scored:
 
 Per gold position the scores are averaged; the objectives are then
 
-- ``objective="pareto"`` (default, NSGA-II on two objectives, both maximised): the mean over the gold positions
+- ``objective="pareto"`` (default, two objectives, both maximised): the mean over the gold positions
   and the worst (smallest) position mean;
 - ``objective="weighted"`` (one objective): ``(1 - w) * sum_p a_p m_p / sum_p a_p + w * min_p m_p`` with
   position weights ``a_p`` (default all equal) and worst-position weight ``w``.
@@ -29,8 +29,8 @@ Constraints follow Optuna's convention (feasible when every value is ``<= 0``) a
 order: the factor bounds ``[s_min, s_max]`` (and, in free x mode, the order of the control xs), per-layer bounds,
 a bound on the step between neighbouring layers, user callables, then the perplexity guard (a short text may
 not lose more than a given fraction of perplexity). A trial that breaks a cheap constraint is not scored on the
-task: its objective values are ``-inf`` (constrained NSGA-II never compares the objective values of infeasible
-trials; it ranks them by their total violation), and the report marks it ``evaluated: false``.
+task: its objective values are ``-inf`` (each sampler reads its constraint values: constrained NSGA-II ranks
+infeasible trials by their total violation, GPSampler models feasibility; see :mod:`search.samplers`), and the report marks it ``evaluated: false``.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class ObjectiveSpec:
     k: int | None = field(default=None, metadata={"help": "Answer tokens averaged by the log-prob score (None: all)."})
     kind: ObjectiveKind = field(
         default="pareto",
-        metadata={"help": "'pareto': maximise mean and worst position (NSGA-II); 'weighted': one fitness."},
+        metadata={"help": "'pareto': maximise mean and worst position (two objectives); 'weighted': one fitness."},
     )
     position_weights: tuple[float, ...] | None = field(
         default=None, metadata={"help": "Weights of the gold positions in the weighted fitness (default equal)."}

@@ -1,7 +1,7 @@
 """Racing: score a trial on a few search records first and go on only while it is not clearly worse.
 
 A search set of the paper's size (200 samples and more) costs one long forward pass per record for every trial,
-and most NSGA-II proposals are no better than what the study already holds. Racing (as in F-Race and irace)
+and most proposals are no better than what the study already holds. Racing (as in F-Race and irace)
 scores a trial in stages, on growing prefixes of the same record order: after each stage the trial's per-record
 scores are paired with those of the study's **reference** (the fully scored trial with the best mean so far) on
 the same records, and the trial stops when the paired difference is clearly negative:
@@ -11,11 +11,11 @@ the same records, and the trial stops when the paired difference is clearly nega
 (one-sided, ``z = 1.645`` by default; a record's score is the mean of its samples' scores over the gold
 positions). Only survivors are scored on the whole search set.
 
-How a stopped trial is recorded, so that NSGA-II is not misled: it is a COMPLETE trial whose objective values are
+How a stopped trial is recorded, so that the sampler is not misled: it is a COMPLETE trial whose objective values are
 an estimate of its whole-set values, its partial per-position means shifted by the reference's own difference
 between the whole set and the same partial records (a control variate: the records it was not scored on are
 treated as the reference saw them). Its values therefore sit on the same scale as fully scored trials, below the
-reference, and NSGA-II ranks it with the others; it is marked ``raced_out`` in the trial's user attributes and is
+reference, and the sampler takes it like the others; it is marked ``raced_out`` in the trial's user attributes and is
 never chosen as the adapter. The unscaled model is always scored in full; a uniform factor races against the
 best fully scored baseline, so it stops only when another baseline is clearly better on the search records.
 

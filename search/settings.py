@@ -89,7 +89,7 @@ class SearchSettings:
         "against the whole answer.",
     )
     objective: str = _f(
-        "pareto", "'pareto': maximise mean and worst position score (NSGA-II); 'weighted': a single fitness."
+        "pareto", "'pareto': maximise mean and worst position score (two objectives); 'weighted': a single fitness."
     )
     position_weights: tuple[float, ...] | None = _f(None, "Weighted fitness: weight of each gold position.")
     worst_weight: float = _f(0.5, "Weighted fitness: weight of the worst position (the rest goes to the mean).")

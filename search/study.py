@@ -13,8 +13,8 @@
    samples once, and run trials that only swap factors in place (:func:`rope_adapter.set_factors`). They share the
    study through its storage: a local SQLite file by default, or any Optuna RDB URL (PostgreSQL, MySQL), so
    workers on several machines can join one study by running the same command with the same ``--storage`` and
-   ``--study``. Each worker has its own seeded ``NSGAIISampler`` (seed from ``seed``, the worker's index and the
-   number of trials already in the study). A heartbeat marks the trial of a killed worker as failed once it is
+   ``--study``. Each worker has its own seeded sampler (``settings.sampler``, :mod:`search.samplers`; seed from
+   ``seed``, the worker's index and the number of trials already in the study). A heartbeat marks the trial of a killed worker as failed once it is
    ``2 * heartbeat`` seconds stale, and its parameters are enqueued again.
 4. **Outputs** (``out``): the chosen adapter (``adapter/``, a standard LRS adapter with its provenance), the
    held-out comparison of the unscaled model, the best uniform factor and the found factors, ``search_report.json``,

@@ -1,7 +1,7 @@
 """`rope-adapter demo`: the main job end to end on the embedded default model, SmolLM2-135M-Instruct.
 
 1. evaluate the base model on KV retrieval by gold position (the lost-in-the-middle curve);
-2. search per-layer factors (Bezier curve, NSGA-II) with a small budget;
+2. search per-layer factors (Bezier curve, an Optuna sampler: GP by default) with a small budget;
 3. evaluate the found adapter on fresh held-out records against the base and the best uniform factor;
 4. export the scaled model (a folder that loads without PEFT) and write its model card;
 5. write ``report.md``: what was done, the numbers, the plots, and every command to reproduce a step alone.
@@ -214,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
         + ["--variants", "base", "--seed", "1", "--out", str(base_eval)],
         commands,
     )
-    _step(2, "search per-layer factors (Bezier curve over depth, NSGA-II)", search_argv, commands)
+    _step(2, "search per-layer factors (Bezier curve over depth, an Optuna sampler)", search_argv, commands)
     report = json.loads((search_dir / "search_report.json").read_text())
     adapter = search_dir / "adapter"
     best_uniform = report["baselines"]["best_uniform"]["uniform"]
@@ -248,7 +248,8 @@ def run(args: argparse.Namespace) -> int:
         "",
         f"Model: `{args.model}`. Task: KV retrieval (Lost in the Middle format), {args.pairs} key-value pairs, gold "
         f"at positions {', '.join(positions)}. Layer-specific RoPE scaling (arXiv 2503.04355): layer l rotates "
-        f"queries and keys with inv_freq / s_l; the factors s_l follow a Bezier curve over depth found by NSGA-II.",
+        f"queries and keys with inv_freq / s_l; the factors s_l follow a Bezier curve over depth found by "
+        f"`{report['study']['sampler']}` (Optuna).",
         f"Total time: {minutes:.1f} minutes.",
         "",
         "## 1. The base model by gold position",
