@@ -294,7 +294,7 @@ def test_demo_refuses_a_stored_study_with_other_settings_before_the_first_step(
     out = tmp_path / "demo"
     url = f"sqlite:///{(out / '2-search' / 'study.db').resolve()}"
     (out / "2-search").mkdir(parents=True)
-    settings = small(out / "2-search", model_dir, pairs=4, positions=(0, 2), storage=url, study="demo")
+    settings = small(out / "2-search", model_dir, pairs=4, positions=(0, 2), storage=url, study="demo", sampler="gp")
     fingerprint = storage_mod.study_fingerprint(settings, "float32")
     storage = storage_mod.open_storage(url)
     storage_mod.create_or_load_study(storage, "demo", ["maximize"], fingerprint, settings.space(), [])

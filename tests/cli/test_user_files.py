@@ -212,7 +212,7 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
     folder = tmp_path / "model"
     tiny_model("llama", num_layers=4, seed=0).save_pretrained(folder)
     byte_tokenizer().save_pretrained(folder)
-    settings = small(tmp_path, folder, trials=1, holdout_records=1)
+    settings = small(tmp_path, folder, trials=1, holdout_records=1, sampler="gp")
     first = storage_mod.study_fingerprint(settings, "float32")
     assert first["model"]["weights"]
     storage = storage_mod.open_storage(settings.storage_url())

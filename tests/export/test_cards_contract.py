@@ -136,7 +136,8 @@ def test_the_search_writes_its_report_and_provenance_as_their_one_definition_say
 def test_the_card_shows_every_section_of_the_provenance_the_search_wrote(written):
     provenance = json.loads((written["adapter"] / "adapter_config.json").read_text())["provenance"]
     text = str(build_card(written["adapter"], repo_id="org/tiny-lrs"))
-    assert "Method: Bézier curve of the layer index, searched with NSGA-II (Optuna) (`bezier-nsga2`)" in text
+    method = "Method: Bézier curve of the layer index, searched with a constrained Gaussian-process sampler (Optuna)"
+    assert f"{method} (`bezier-gp`)" in text  # the default sampler of a new study
     assert (
         f"Curve: degree {provenance['curve']['degree']}, {provenance['curve']['x_mode']} control-point depths" in text
     )
