@@ -40,6 +40,7 @@ from rope_adapter.provenance import Provenance
 from . import report as report_mod
 from .data import load_split, perplexity_text_path
 from .holdout import add_holdout
+from .interrupts import storage_safe_interrupts
 from .objective import FactorConstraints
 from .outputs import check_own_outputs
 from .report_types import SearchReport
@@ -131,7 +132,14 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
 
     Raises:
         SearchError: bad input (before any heavy work).
+        KeyboardInterrupt: Ctrl-C, raised outside storage calls (:mod:`search.interrupts`), so that the running
+            trial is recorded as failed (and run again on resume).
     """
+    with storage_safe_interrupts():
+        return _run_search(settings, model=model, tokenizer=tokenizer)
+
+
+def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> SearchResult:
     started = time.time()
     deadline = started + settings.budget if settings.budget is not None else None
     check_search(settings, model=model, tokenizer=tokenizer)

@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import logging
+import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import fields
@@ -17,9 +18,9 @@ from typing import Any
 
 from rope_adapter.cli import CliInterrupted, IntListAction, output_path
 from rope_adapter.cli.settings_flags import add_settings_flags
-from rope_adapter.export.staging import sigterm_as_interrupt
 from rope_adapter.scoring.loading import bfloat16_hint
 from rope_adapter.search import SearchSettings, run_search
+from rope_adapter.search.interrupts import interrupts_outside_storage
 from rope_adapter.search.objective import SCORE_KINDS
 from rope_adapter.search.samplers import SAMPLERS
 
@@ -182,7 +183,7 @@ def _interrupts_in_one_line() -> Iterator[None]:
     logger = logging.getLogger("optuna.study._optimize")  # where Optuna reports a failed trial
     logger.addFilter(log_filter)
     try:
-        with sigterm_as_interrupt():
+        with interrupts_outside_storage((signal.SIGTERM,)):  # never half-way through a storage write
             yield
     except KeyboardInterrupt:
         raise CliInterrupted(
