@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The held-out verdict of this study (issue 17 item 4), once it holds >= 60 scored searched curves:
+#   1. the study's outputs without new trials: the chosen adapter, search_report.json and the search's own held-out
+#      split (40 records x 5 positions), by resuming the same command with --trials 1 (the study holds more);
+#   2. benchmarks/heldout_eval.sh on records the search never saw: 60 fresh records x 5 positions (seed 7),
+#      greedy decoding on 20 others (seed 8), short-text perplexity, and the Lost in the Middle 75-pair file's first
+#      30 records (LITM, optional: the MIT data is not part of a clone);
+#   3. the paired comparisons by record (found - base, found - best uniform, best uniform - base) with t and
+#      bootstrap intervals (benchmarks/pair_eval_results.py);
+#   4. a float32 check: the first 10 of the fresh records scored again in float32 (the study and steps 1-2 run in
+#      bfloat16, about 4x faster on this CPU; ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal).
+# RA: the rope-adapter command (default .venv/bin/rope-adapter).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../../.." && pwd)
+cd "$root"
+RA=${RA:-.venv/bin/rope-adapter}
+py="$(dirname "$RA")/python"
+out=benchmarks/results/search_qwen_50pairs_gp_bf16
+TIMEOUT=1 bash "$out/command.sh" --trials 1 --threads 2
+RA=$RA DTYPE=bfloat16 GREEDY_RECORDS=20 LITM_RECORDS=30 \
+    bash benchmarks/heldout_eval.sh "$out" qwen2.5-coder-0.5b-instruct 50 60 "${LITM:-}"
+uniform=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['baselines']['best_uniform']['uniform'])" \
+    "$out/search_report.json")
+"$py" benchmarks/pair_eval_results.py "$out/heldout/fresh-seed7/results.json" \
+    --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
+    --out "$out/heldout/fresh-seed7/paired.md"
+"$RA" eval --model qwen2.5-coder-0.5b-instruct --pairs 50 --num-samples 10 --seed 7 \
+    --variants "base,uniform:$uniform,found=adapter:$out/adapter" --scores tf_accuracy,logprob --dtype float32 \
+    --out "$out/heldout/fresh-seed7-float32-first10" --no-progress
