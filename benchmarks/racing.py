@@ -105,6 +105,7 @@ def budget_settings(args: argparse.Namespace) -> SearchSettings:
         timeout=24 * 3600.0,
         max_records=args.max_records,
         population=args.population,
+        sampler="nsga2",  # this benchmark measures racing under the paper's sampler (samplers.py sets its own)
         uniform=tuple(args.uniform),
         seed=getattr(args, "seed", 0),
         threads=args.threads,
