@@ -117,8 +117,7 @@ def check_stored_study(settings: SearchSettings) -> None:
     storage = open_storage(url, settings.heartbeat)
     with _quiet_optuna():
         settings = resolve_sampler(settings, storage)
-    fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
-    with _quiet_optuna():
+        fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
         check_existing_study(storage, settings.study, fingerprint)
 
 
