@@ -9,7 +9,7 @@
 #      bootstrap intervals (benchmarks/pair_eval_results.py);
 #   4. a float32 check: the first 10 of the fresh records scored again in float32 (the study and steps 1-2 run in
 #      bfloat16, about 4x faster on this CPU; ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal).
-# RA: the rope-adapter command (default .venv/bin/rope-adapter).
+# RA: the rope-adapter command (default .venv/bin/rope-adapter); REDO_OUTPUTS=1: redo step 1 even if its outputs exist.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -17,7 +17,10 @@ cd "$root"
 RA=${RA:-.venv/bin/rope-adapter}
 py="$(dirname "$RA")/python"
 out=benchmarks/results/search_qwen_50pairs_gp_bf16
-TIMEOUT=1 bash "$out/command.sh" --trials 1 --threads 2
+# Step 1 is skipped when its outputs exist (committed in session 24 at 80 trials); REDO_OUTPUTS=1 redoes it.
+if [ -n "${REDO_OUTPUTS:-}" ] || [ ! -f "$out/search_report.json" ] || [ ! -d "$out/adapter" ]; then
+    TIMEOUT=1 bash "$out/command.sh" --trials 1 --threads 2
+fi
 RA=$RA DTYPE=bfloat16 GREEDY_RECORDS=20 LITM_RECORDS=30 \
     bash benchmarks/heldout_eval.sh "$out" qwen2.5-coder-0.5b-instruct 50 60 "${LITM:-}"
 uniform=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['baselines']['best_uniform']['uniform'])" \
