@@ -6,10 +6,16 @@
 #      greedy decoding on 20 others (seed 8), short-text perplexity, and the Lost in the Middle 75-pair file's first
 #      30 records (LITM, optional: the MIT data is not part of a clone);
 #   3. the paired comparisons by record (found - base, found - best uniform, best uniform - base) with t and
-#      bootstrap intervals (benchmarks/pair_eval_results.py);
-#   4. a float32 check: the first 10 of the fresh records scored again in float32 (the study and steps 1-2 run in
-#      bfloat16, about 4x faster on this CPU; ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal).
-# RA: the rope-adapter command (default .venv/bin/rope-adapter); REDO_OUTPUTS=1: redo step 1 even if its outputs exist.
+#      bootstrap intervals (benchmarks/pair_eval_results.py), on the fresh records and on the LitM records;
+#   4. a float32 check: the first 10 of the fresh records scored again in float32 (the study and the fresh,
+#      greedy and perplexity steps run in bfloat16, about 4x faster on a CPU with AMX;
+#      ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal).
+# The LitM step runs in LITM_DTYPE (float32 here): it ran in session 26 on a machine without AMX, where bfloat16 is
+# about 4x slower than float32 (a 1024x896x4864 matmul on 2 threads: 0.148 s against 0.039 s). Every variant of one
+# step shares one dtype, so each comparison is within a dtype.
+# Every step is skipped when its outputs exist, so the script resumes where it stopped.
+# RA: the rope-adapter command (default .venv/bin/rope-adapter); REDO_OUTPUTS=1: redo step 1 even if its outputs
+# exist; REDO=1: redo the other steps.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -21,13 +27,22 @@ out=benchmarks/results/search_qwen_50pairs_gp_bf16
 if [ -n "${REDO_OUTPUTS:-}" ] || [ ! -f "$out/search_report.json" ] || [ ! -d "$out/adapter" ]; then
     TIMEOUT=1 bash "$out/command.sh" --trials 1 --threads 2
 fi
-RA=$RA DTYPE=bfloat16 GREEDY_RECORDS=20 LITM_RECORDS=30 \
+RA=$RA DTYPE=bfloat16 LITM_DTYPE=${LITM_DTYPE:-float32} GREEDY_RECORDS=20 LITM_RECORDS=30 \
     bash benchmarks/heldout_eval.sh "$out" qwen2.5-coder-0.5b-instruct 50 60 "${LITM:-}"
 uniform=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['baselines']['best_uniform']['uniform'])" \
     "$out/search_report.json")
 "$py" benchmarks/pair_eval_results.py "$out/heldout/fresh-seed7/results.json" \
     --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
     --out "$out/heldout/fresh-seed7/paired.md"
-"$RA" eval --model qwen2.5-coder-0.5b-instruct --pairs 50 --num-samples 10 --seed 7 \
-    --variants "base,uniform:$uniform,found=adapter:$out/adapter" --scores tf_accuracy,logprob --dtype float32 \
-    --out "$out/heldout/fresh-seed7-float32-first10" --no-progress
+litm_out="$out/heldout/litm-kv-retrieval-75_keys"
+if [ -f "$litm_out/results.json" ]; then
+    "$py" benchmarks/pair_eval_results.py "$litm_out/results.json" \
+        --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
+        --out "$litm_out/paired.md"
+fi
+check="$out/heldout/fresh-seed7-float32-first10"
+if [ -n "${REDO:-}" ] || [ ! -f "$check/results.json" ]; then
+    "$RA" eval --model qwen2.5-coder-0.5b-instruct --pairs 50 --num-samples 10 --seed 7 \
+        --variants "base,uniform:$uniform,found=adapter:$out/adapter" --scores tf_accuracy,logprob --dtype float32 \
+        --out "$check" --no-progress
+fi
