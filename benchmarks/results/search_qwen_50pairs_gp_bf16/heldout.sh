@@ -7,9 +7,13 @@
 #      30 records (LITM, optional: the MIT data is not part of a clone);
 #   3. the paired comparisons by record (found - base, found - best uniform, best uniform - base) with t and
 #      bootstrap intervals (benchmarks/pair_eval_results.py), on the fresh records and on the LitM records;
-#   4. a float32 check: the first 10 of the fresh records scored again in float32 (the study and the fresh,
-#      greedy and perplexity steps run in bfloat16, about 4x faster on a CPU with AMX;
-#      ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal).
+#   4. a float32 check: the study and the fresh, greedy and perplexity steps run in bfloat16 (about 4x faster on a
+#      CPU with AMX; ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal). The float32 study
+#      (../search_qwen_50pairs/heldout/fresh-seed7/) scored base, uniform 1.05 and 1.1 on the first 20 of the same
+#      fresh records in float32; the found adapter is scored on them in float32 too, so that the verdicts of both
+#      dtypes are compared (benchmarks/eval_agreement.py) and the found curve is paired, in float32, with uniform
+#      1.05 as well (the float32 study's best uniform factor, tied with 1.1 on this study's search set: 0.830
+#      against 0.835).
 # The LitM step runs in LITM_DTYPE (float32 here): it ran in session 26 on a machine without AMX, where bfloat16 is
 # about 4x slower than float32 (a 1024x896x4864 matmul on 2 threads: 0.148 s against 0.039 s). Every variant of one
 # step shares one dtype, so each comparison is within a dtype.
@@ -40,9 +44,16 @@ if [ -f "$litm_out/results.json" ]; then
         --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
         --out "$litm_out/paired.md"
 fi
-check="$out/heldout/fresh-seed7-float32-first10"
+check="$out/heldout/fresh-seed7-float32-found"
 if [ -n "${REDO:-}" ] || [ ! -f "$check/results.json" ]; then
-    "$RA" eval --model qwen2.5-coder-0.5b-instruct --pairs 50 --num-samples 10 --seed 7 \
-        --variants "base,uniform:$uniform,found=adapter:$out/adapter" --scores tf_accuracy,logprob --dtype float32 \
-        --out "$check" --no-progress
+    "$RA" eval --model qwen2.5-coder-0.5b-instruct --pairs 50 --num-samples 20 --seed 7 \
+        --variants "found=adapter:$out/adapter" --scores tf_accuracy,logprob --dtype float32 --out "$check" --no-progress
 fi
+f32=benchmarks/results/search_qwen_50pairs/heldout/fresh-seed7/results.json
+"$py" benchmarks/eval_agreement.py "$out/heldout/fresh-seed7/results.json" "$check/results.json" \
+    --out "$out/heldout/float32-agreement-found"
+"$py" benchmarks/eval_agreement.py "$out/heldout/fresh-seed7/results.json" "$f32" \
+    --out "$out/heldout/float32-agreement-baselines"
+"$py" benchmarks/pair_eval_results.py "$f32" "$check/results.json" \
+    --compare found base --compare found "uniform:$uniform" --compare found uniform:1.05 --compare uniform:1.05 base \
+    --out "$out/heldout/fresh-seed7-float32-pooled/paired.md"
