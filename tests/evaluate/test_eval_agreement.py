@@ -3,38 +3,20 @@ different dtypes and record counts are compared on the samples both have; runs o
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-from testkit.tiny_models import byte_tokenizer, tiny_model
-
-from rope_adapter.evaluate import EvalSettings, run_eval
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "eval_agreement.py"
+from testkit.eval_runs import eval_runner, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("eval_agreement", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("eval_agreement")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("eval-agreement")
-    model = root / "model"
-    tiny_model("llama", num_layers=2).save_pretrained(model)
-    byte_tokenizer().save_pretrained(model)
-    common = dict(model=str(model), num_pairs=3, num_positions=3, device="cpu", progress=False, plot=False)
-
-    def run(name: str, variants: str, **kw) -> Path:
-        settings = EvalSettings(variants=variants, out=root / name, scores="tf_accuracy,logprob", **{**common, **kw})
-        return run_eval(settings, log=lambda s: None).paths["json"]
-
+    run = eval_runner(tmp_path_factory.mktemp("eval-agreement"), scores="tf_accuracy,logprob")
     return {
         "f32": run("f32", "base,found=uniform:1.2", seed=1, num_samples=3),
         "bf16": run("bf16", "base,uniform:1.5", seed=1, num_samples=2, dtype="bfloat16"),

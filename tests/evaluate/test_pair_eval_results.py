@@ -3,44 +3,27 @@ joined, runs on other seeds add records, and runs that cannot be pooled are refu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
-from testkit.tiny_models import byte_tokenizer, tiny_model
-
-from rope_adapter.evaluate import EvalSettings, run_eval
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pair_eval_results.py"
+from testkit.eval_runs import eval_runner, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def pairing():
-    spec = importlib.util.spec_from_file_location("pair_eval_results", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("pair_eval_results")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pair-eval")
-    model = root / "model"
-    tiny_model("llama", num_layers=2).save_pretrained(model)
-    byte_tokenizer().save_pretrained(model)
-    common = dict(model=str(model), num_pairs=3, num_positions=3, num_samples=2, device="cpu", progress=False)
-
-    def run(name: str, variants: str, seed: int, **kw) -> Path:
-        settings = EvalSettings(variants=variants, seed=seed, out=root / name, plot=False, **{**common, **kw})
-        return run_eval(settings, log=lambda s: None).paths["json"]
-
+    run = eval_runner(tmp_path_factory.mktemp("pair-eval"), num_samples=2)
     return {
-        "seed1": run("seed1", "base,uniform:1.5", 1),
-        "seed1-found": run("seed1-found", "found=uniform:1.2", 1),
-        "seed2": run("seed2", "base,found=uniform:1.2", 2),
-        "pairs4": run("pairs4", "base,found=uniform:1.2", 3, num_pairs=4),
+        "seed1": run("seed1", "base,uniform:1.5", seed=1),
+        "seed1-found": run("seed1-found", "found=uniform:1.2", seed=1),
+        "seed2": run("seed2", "base,found=uniform:1.2", seed=2),
+        "pairs4": run("pairs4", "base,found=uniform:1.2", seed=3, num_pairs=4),
     }
 
 

@@ -6,7 +6,8 @@
 #      greedy decoding on 20 others (seed 8), short-text perplexity, and the Lost in the Middle 75-pair file's first
 #      30 records (LITM, optional: the MIT data is not part of a clone);
 #   3. the paired comparisons by record (found - base, found - best uniform, best uniform - base) with t and
-#      bootstrap intervals (benchmarks/pair_eval_results.py), on the fresh records and on the LitM records;
+#      bootstrap intervals (benchmarks/pair_eval_results.py), on the fresh records (seed 7; the greedy seed 8; both
+#      pooled) and on the LitM records;
 #   4. a float32 check: the study and the fresh, greedy and perplexity steps run in bfloat16 (about 4x faster on a
 #      CPU with AMX; ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal). The float32 study
 #      (../search_qwen_50pairs/heldout/fresh-seed7/) scored base, uniform 1.05 and 1.1 on the first 20 of the same
@@ -38,6 +39,13 @@ uniform=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['baselin
 "$py" benchmarks/pair_eval_results.py "$out/heldout/fresh-seed7/results.json" \
     --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
     --out "$out/heldout/fresh-seed7/paired.md"
+"$py" benchmarks/pair_eval_results.py "$out/heldout/greedy-seed8/results.json" --metrics accuracy,tf_accuracy \
+    --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
+    --out "$out/heldout/greedy-seed8/paired.md"
+# both fresh seeds pooled (80 records), teacher-forced accuracy: an addition to the 60-record verdict above
+"$py" benchmarks/pair_eval_results.py "$out/heldout/fresh-seed7/results.json" "$out/heldout/greedy-seed8/results.json" \
+    --metrics tf_accuracy --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
+    --out "$out/heldout/fresh-pooled-seed7-8/paired.md"
 litm_out="$out/heldout/litm-kv-retrieval-75_keys"
 if [ -f "$litm_out/results.json" ]; then
     "$py" benchmarks/pair_eval_results.py "$litm_out/results.json" \

@@ -1,0 +1,37 @@
+"""Real `rope-adapter eval` output on a tiny model, and the benchmark scripts that read it, for tests of those
+scripts (`benchmarks/pair_eval_results.py`, `benchmarks/eval_agreement.py`)."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+from rope_adapter.evaluate import EvalSettings, run_eval
+from testkit.tiny_models import byte_tokenizer, tiny_model
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The script ``benchmarks/<name>.py`` as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def eval_runner(root: Path, **common) -> Callable[..., Path]:
+    """``run(name, variants, **settings)``: one KV-retrieval eval of a tiny Llama saved under ``root``, its
+    results.json path returned; ``common`` settings go to every run (a run's own settings win)."""
+    model = root / "model"
+    tiny_model("llama", num_layers=2).save_pretrained(model)
+    byte_tokenizer().save_pretrained(model)
+    base = dict(model=str(model), num_pairs=3, num_positions=3, device="cpu", progress=False, plot=False)
+
+    def run(name: str, variants: str, **settings) -> Path:
+        merged = {**base, **common, **settings}
+        return run_eval(EvalSettings(variants=variants, out=root / name, **merged), log=lambda s: None).paths["json"]
+
+    return run
