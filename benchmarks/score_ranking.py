@@ -97,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     args, settings = parse_with_search_flags(p, argv)
     study = optuna.load_study(study_name=args.study, storage=args.storage)
     trials = pick_trials(study, args.trials)
-    worker = make_worker(settings, 0, with_holdout=True)
-    search_pos, held_pos = worker.search.positions, worker.holdout.positions
     args.out.mkdir(parents=True, exist_ok=True)
     done_file = args.out / "trials.jsonl"  # one row per re-scored trial, appended as it ends: a rerun resumes
     done = {}
@@ -106,7 +104,17 @@ def main(argv: list[str] | None = None) -> int:
         for line in done_file.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
+                # rows of runs before the dtype was recorded carry none: their command.sh names it
+                if row.get("dtype", settings.dtype) != settings.dtype:
+                    print(
+                        f"{done_file} holds trials re-scored in {row['dtype']}, and this run scores in "
+                        f"{settings.dtype}: one ranking must not mix dtypes; give another --out",
+                        file=sys.stderr,
+                    )
+                    return 2
                 done[row["trial"]] = row
+    worker = make_worker(settings, 0, with_holdout=True)
+    search_pos, held_pos = worker.search.positions, worker.holdout.positions
     rows = [done[t.number] for t in trials if t.number in done]
     start = time.perf_counter()
     # bit-reversed order: a run stopped early has still scored trials spread over the whole range of means
@@ -120,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             {
                 "trial": t.number,
+                "dtype": settings.dtype,
                 "baseline": t.user_attrs.get("baseline"),
                 "raced_out": bool(t.user_attrs.get(TRIAL_ATTR, {}).get("raced_out")),
                 "stored_search_mean": t.values[0],
@@ -138,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     agreement = {n: rank_agreement(np.array([r["search"][n] for r in rows]), target) for n in names}
     data = {
         "study": {"storage": args.storage.rsplit("/", 1)[-1], "name": args.study, "trials_scored": len(rows)},
-        "settings": {"model": settings.model, "pairs": settings.pairs, "search_records": settings.search_records},
+        "settings": {
+            "model": settings.model,
+            "pairs": settings.pairs,
+            "search_records": settings.search_records,
+            "dtype": settings.dtype,
+        },
         "holdout_records": len(set(s.record_id for s in worker.holdout.samples)),
         "seconds": time.perf_counter() - start,
         "agreement": agreement,
@@ -151,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{len(rows)} distinct scored trials of study `{args.study}`, spread over its search-set means; each re-scored "
         f"on the {settings.search_records} search records and the {data['holdout_records']} held-out records "
-        f"({data['seconds']:.0f} s). Target: held-out teacher-forced accuracy, mean over gold positions (range "
+        f"({data['seconds']:.0f} s, {settings.dtype}). Target: held-out teacher-forced accuracy, mean over gold positions (range "
         f"{target.min():.3f} - {target.max():.3f}). Command: `benchmarks/score_ranking.py` (docstring).",
         "",
         "| search score | Spearman rho [95 % bootstrap over trials] | Kendall tau |",
