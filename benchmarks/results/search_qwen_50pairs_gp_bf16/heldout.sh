@@ -78,3 +78,5 @@ if [ -n "${REDO:-}" ] || [ ! -f "$check8/results.json" ]; then
 fi
 "$py" benchmarks/pair_eval_results.py "$f32" "$check/results.json" "$check8/results.json" \
     --compare found uniform:1.05 --out "$out/heldout/fresh-pooled-seed7-8-float32/paired.md"
+"$py" benchmarks/eval_agreement.py "$out/heldout/greedy-seed8/results.json" "$check8/results.json" \
+    --out "$out/heldout/float32-agreement-found-seed8"
