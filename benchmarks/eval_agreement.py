@@ -40,8 +40,9 @@ def _layout(data: dict[str, Any]) -> dict[str, Any]:
 
 def agreement(a: dict[str, Any], b: dict[str, Any], metric: str = "tf_accuracy") -> list[dict[str, Any]]:
     """One row per variant that both runs scored, on the samples both have."""
-    if _layout(a) != _layout(b):
-        diff = sorted(k for k in _layout(a) if _layout(a)[k] != _layout(b)[k])
+    la, lb = _layout(a), _layout(b)
+    if la != lb:
+        diff = sorted(k for k in la if la[k] != lb[k])
         raise SystemExit(f"the runs score different samples: they differ in {', '.join(diff)}")
     sa, sb = _samples(a), _samples(b)
     rows = []
@@ -60,9 +61,8 @@ def agreement(a: dict[str, Any], b: dict[str, Any], metric: str = "tf_accuracy")
             "mean_b": float(vb.mean()),
         }
         if "logprob" in sa[keys[0]] and "logprob" in sb[keys[0]]:
-            la = np.array([sa[k]["logprob"] for k in keys], dtype=float)
-            lb = np.array([sb[k]["logprob"] for k in keys], dtype=float)
-            row["max_logprob_change"] = float(np.max(np.abs(la - lb)))
+            change = [abs(sa[k]["logprob"] - sb[k]["logprob"]) for k in keys]
+            row["max_logprob_change"] = float(max(change))
         rows.append(row)
     if not rows:
         raise SystemExit(f"no variant with {metric!r} was scored on the same samples by both runs")

@@ -19,8 +19,9 @@
 #      1.05 on 40 fresh records in one dtype (base and 1.1 were scored on seed 8 in bfloat16 only: about 20 minutes
 #      a variant in float32 on these 2 cores).
 # The LitM step runs in LITM_DTYPE (float32 here): it ran in session 26 on a machine without AMX, where bfloat16 is
-# about 4x slower than float32 (a 1024x896x4864 matmul on 2 threads: 0.148 s against 0.039 s). Every variant of one
-# step shares one dtype, so each comparison is within a dtype.
+# about 4x slower than float32 (a 1024x896x4864 matmul on 2 threads: 0.153 s against 0.033 s,
+# benchmarks/results/dtype_speed_no_amx.json). Every variant of one step shares one dtype, so each comparison is
+# within a dtype.
 # Every step is skipped when its outputs exist, so the script resumes where it stopped.
 # RA: the rope-adapter command (default .venv/bin/rope-adapter); REDO_OUTPUTS=1: redo step 1 even if its outputs
 # exist; REDO=1: redo the other steps.

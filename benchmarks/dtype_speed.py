@@ -1,0 +1,58 @@
+"""Is bfloat16 faster than float32 on this CPU? One matmul of a Qwen2.5-0.5B MLP's shape (1024 tokens x 896 ->
+4864) in both dtypes on the given threads, median of repeats; the ratio is what to read (about 4x faster with AMX,
+about 4x slower without). Writes ``<out>.json``.
+
+    .venv/bin/python benchmarks/dtype_speed.py --out benchmarks/results/dtype_speed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+
+def seconds(dtype: torch.dtype, repeats: int) -> float:
+    a, b = torch.randn(1024, 896, dtype=dtype), torch.randn(896, 4864, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--out", type=Path, required=True, help="output path without suffix (.json)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cpu_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    f32, bf16 = seconds(torch.float32, args.repeats), seconds(torch.bfloat16, args.repeats)
+    result = {
+        "threads": args.threads,
+        "float32_s": f32,
+        "bfloat16_s": bf16,
+        "bfloat16_over_float32": bf16 / f32,
+        "amx_bf16": "amx_bf16" in cpu_flags,
+        "avx512_bf16": "avx512_bf16" in cpu_flags,
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
