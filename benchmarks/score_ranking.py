@@ -12,7 +12,8 @@ teacher-forced pass each, and computes from the same pass every candidate score 
 
 Each candidate is averaged over gold positions (the search's "mean" objective) and ranked against the held-out
 teacher-forced accuracy (mean over positions) with Spearman's rho and Kendall's tau over trials, with a bootstrap
-interval over trials. Writes ``score_ranking.json`` and ``score_ranking.md`` in ``--out``; each re-scored trial is
+interval over trials; every candidate is also compared with ``answer`` (the default) on the same bootstrap draws,
+so the difference in rho gets a paired interval. Writes ``score_ranking.json`` and ``score_ranking.md`` in ``--out``; each re-scored trial is
 appended to ``trials.jsonl`` there as it ends, and a rerun of the same command scores only the missing ones.
 
     .venv/bin/python benchmarks/score_ranking.py --storage sqlite:///benchmarks/results/search_smollm2_10pairs/study.db \\
@@ -70,18 +71,72 @@ def candidates(lp: Any, positions: np.ndarray, temperatures: list[float], clips:
     return {k: float(np.mean(list(position_means(positions, v).values()))) for k, v in per_sample.items()}
 
 
-def rank_agreement(x: np.ndarray, y: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict[str, Any]:
-    """Spearman's rho and Kendall's tau of x against y, with a percentile bootstrap interval over trials."""
-    rho = float(stats.spearmanr(x, y).statistic)
-    tau = float(stats.kendalltau(x, y).statistic)
+def _spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row of ``x`` against the same row of ``y`` (average ranks for ties); NaN for a row
+    where either side is constant (no ranking to compare). Rows are bootstrap draws, computed at once."""
+    rx = stats.rankdata(np.atleast_2d(x), axis=1)
+    ry = stats.rankdata(np.atleast_2d(y), axis=1)
+    rx -= rx.mean(axis=1, keepdims=True)
+    ry -= ry.mean(axis=1, keepdims=True)
+    denom = np.sqrt((rx * rx).sum(axis=1) * (ry * ry).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (rx * ry).sum(axis=1) / denom
+    return np.where(denom > 0, rho, np.nan)
+
+
+def rank_agreement(
+    scores: dict[str, np.ndarray], target: np.ndarray, reference: str = "answer", seed: int = 0, resamples: int = 2000
+) -> dict[str, dict[str, Any]]:
+    """Each score's Spearman rho and Kendall tau against ``target`` over trials, with percentile bootstrap intervals.
+
+    Every score is resampled on the same bootstrap draws of trials, so ``vs_reference`` (rho minus the
+    ``reference`` score's rho, with its interval and the share of draws where the score ranks strictly better) is
+    a paired comparison: two scores whose intervals overlap can still differ reliably, or not at all.
+    """
     rng = np.random.default_rng(seed)
-    boot = []
-    for _ in range(resamples):
-        idx = rng.integers(0, len(x), len(x))
-        if len(set(x[idx])) > 1 and len(set(y[idx])) > 1:
-            boot.append(stats.spearmanr(x[idx], y[idx]).statistic)
-    low, high = np.percentile(boot, [2.5, 97.5]) if boot else (float("nan"), float("nan"))
-    return {"spearman": rho, "spearman_ci": [float(low), float(high)], "kendall": tau}
+    draws = rng.integers(0, len(target), (resamples, len(target)))
+    boot = {n: _spearman(x[draws], target[draws]) for n, x in scores.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for n, x in scores.items():
+        low, high = np.nanpercentile(boot[n], [2.5, 97.5]) if np.isfinite(boot[n]).any() else (np.nan, np.nan)
+        rho = float(_spearman(x, target)[0])
+        row: dict[str, Any] = {
+            "spearman": rho,
+            "spearman_ci": [float(low), float(high)],
+            "kendall": float(stats.kendalltau(x, target).statistic) if np.isfinite(rho) else float("nan"),
+        }
+        if reference in scores and n != reference:
+            diff = boot[n] - boot[reference]
+            diff = diff[np.isfinite(diff)]
+            lo, hi = np.percentile(diff, [2.5, 97.5]) if len(diff) else (np.nan, np.nan)
+            row["vs_reference"] = {
+                "reference": reference,
+                "difference": row["spearman"] - float(_spearman(scores[reference], target)[0]),
+                "difference_ci": [float(lo), float(hi)],
+                "share_better": float(np.mean(diff > 0)) if len(diff) else float("nan"),
+            }
+        out[n] = row
+    return out
+
+
+def agreement_table(agreement: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown rows of :func:`rank_agreement`'s result, best Spearman first."""
+    lines = [
+        "| search score | Spearman rho [95 % bootstrap over trials] | Kendall tau "
+        "| rho - answer's [95 %], paired | draws ranking better than answer |",
+        "|---|---|---|---|---|",
+    ]
+    for n, a in sorted(agreement.items(), key=lambda kv: -kv[1]["spearman"]):
+        lo, hi = a["spearman_ci"]
+        vs = a.get("vs_reference")
+        paired = (
+            f"{vs['difference']:+.3f} [{vs['difference_ci'][0]:+.3f}, {vs['difference_ci'][1]:+.3f}] "
+            f"| {vs['share_better']:.0%}"
+            if vs
+            else "(reference) | -"
+        )
+        lines.append(f"| {n} | {a['spearman']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {a['kendall']:+.3f} | {paired} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [] if args.report_only else [trials[i] for i in order if trials[i].number not in done]
     for t in tqdm(todo, desc="trials", file=sys.stderr):
         factors = t.user_attrs[TRIAL_ATTR]["factors"]
+        began = time.perf_counter()
         search = worker.evaluator.score(factors, worker.search, keep_logprobs=True).logprobs
         held = worker.evaluator.score(factors, worker.holdout, keep_logprobs=True).logprobs
         held_acc = position_means(held_pos, held.exact().astype(np.float64))
@@ -135,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 "search": candidates(search, search_pos, args.temperatures, args.clips),
                 "holdout_tf_accuracy": float(np.mean(list(held_acc.values()))),
                 "holdout_tf_accuracy_by_position": {str(k): v for k, v in held_acc.items()},
+                "seconds": time.perf_counter() - began,
             }
         )
         with open(done_file, "a") as handle:
@@ -144,7 +201,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     target = np.array([r["holdout_tf_accuracy"] for r in rows])
     names = list(rows[0]["search"])
-    agreement = {n: rank_agreement(np.array([r["search"][n] for r in rows]), target) for n in names}
+    agreement = rank_agreement({n: np.array([r["search"][n] for r in rows]) for n in names}, target)
+    # trials tied at the lowest held-out accuracy (all 0 on a model that fails) reward any score that ties them too:
+    # the ranking among the others says whether a score orders the trials that differ
+    above = [r for r in rows if r["holdout_tf_accuracy"] > target.min()]
+    floor_ties = len(rows) - len(above)
+    above_floor = None
+    if floor_ties >= 2 and len(above) >= 3:
+        above_target = np.array([r["holdout_tf_accuracy"] for r in above])
+        above_floor = rank_agreement({n: np.array([r["search"][n] for r in above]) for n in names}, above_target)
     data = {
         "study": {"storage": args.storage.rsplit("/", 1)[-1], "name": args.study, "trials_scored": len(rows)},
         "settings": {
@@ -154,27 +219,43 @@ def main(argv: list[str] | None = None) -> int:
             "dtype": settings.dtype,
         },
         "holdout_records": len(set(s.record_id for s in worker.holdout.samples)),
-        "seconds": time.perf_counter() - start,
+        "seconds_this_run": time.perf_counter() - start,
+        "seconds_rescoring": sum(r.get("seconds", 0.0) for r in rows),
+        "trials_without_seconds": sum("seconds" not in r for r in rows),
         "agreement": agreement,
+        "floor_ties": floor_ties,
+        "agreement_above_floor": above_floor,
         "trials": rows,
     }
     (args.out / "score_ranking.json").write_text(json.dumps(data, indent=1) + "\n")
     best = max(agreement, key=lambda n: agreement[n]["spearman"])
+    timing = f"re-scoring {data['seconds_rescoring']:.0f} s"
+    if data["trials_without_seconds"]:
+        timing += f", not recorded for {data['trials_without_seconds']} trials"
     lines = [
         f"# Which search score ranks trials like their held-out accuracy: {settings.model}, {settings.pairs} pairs",
         "",
         f"{len(rows)} distinct scored trials of study `{args.study}`, spread over its search-set means; each re-scored "
         f"on the {settings.search_records} search records and the {data['holdout_records']} held-out records "
-        f"({data['seconds']:.0f} s, {settings.dtype}). Target: held-out teacher-forced accuracy, mean over gold positions (range "
+        f"({timing}, {settings.dtype}). Target: held-out teacher-forced accuracy, mean over gold positions (range "
         f"{target.min():.3f} - {target.max():.3f}). Command: `benchmarks/score_ranking.py` (docstring).",
         "",
-        "| search score | Spearman rho [95 % bootstrap over trials] | Kendall tau |",
-        "|---|---|---|",
+        *agreement_table(agreement),
+        "",
+        f"Highest rank agreement: **{best}**. The paired columns resample the same trials for every score: an "
+        "interval that holds 0 means this many trials cannot tell the score from `answer` (the default).",
     ]
-    for n, a in sorted(agreement.items(), key=lambda kv: -kv[1]["spearman"]):
-        lo, hi = a["spearman_ci"]
-        lines.append(f"| {n} | {a['spearman']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {a['kendall']:+.3f} |")
-    lines += ["", f"Highest rank agreement: **{best}**."]
+    if above_floor is not None:
+        lines += [
+            "",
+            f"## The {len(above)} trials above the lowest held-out accuracy",
+            "",
+            f"{floor_ties} trials tie at the lowest held-out accuracy ({target.min():.3f}). A score that ties them too "
+            "(teacher-forced accuracy at 0) gains rank agreement there without ordering any trial better; among the "
+            "others:",
+            "",
+            *agreement_table(above_floor),
+        ]
     (args.out / "score_ranking.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

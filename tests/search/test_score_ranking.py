@@ -1,10 +1,17 @@
-"""`benchmarks/score_ranking.py`: a resumed ranking never mixes trials re-scored in two dtypes."""
+"""`benchmarks/score_ranking.py`: rank agreement with paired bootstrap differences, and a resumed ranking never mixes dtypes."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import optuna
 import pytest
+from scipy import stats
 from testkit.eval_runs import BENCHMARKS, load_benchmark
+from testkit.searches import cli_args, small
+
+from rope_adapter.search import run_search
 
 
 @pytest.fixture
@@ -27,3 +34,67 @@ def test_a_ranking_of_another_dtype_is_refused_before_any_model_loads(ranking, t
     assert "re-scored in bfloat16" in err and "scores in float32" in err and "another --out" in err
     assert (out / "trials.jsonl").read_text() == rows
     assert sorted(p.name for p in out.iterdir()) == ["trials.jsonl"]
+
+
+def test_rank_agreement_compares_every_score_with_the_default_on_the_same_draws(ranking):
+    target = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8])
+    scores = {
+        "answer": np.array([0.2, 0.1, 0.4, 0.3, 0.6, 0.5, 0.8, 0.7]),  # neighbours swapped: rho < 1
+        "tf_accuracy": target * 2,  # same order as the target
+        "reversed": -target,
+    }
+    agreement = ranking.rank_agreement(scores, target, resamples=500)
+    assert agreement["tf_accuracy"]["spearman"] == pytest.approx(1.0)
+    assert agreement["reversed"]["spearman"] == pytest.approx(-1.0)
+    answer_rho = agreement["answer"]["spearman"]
+    assert 0.8 < answer_rho < 1.0
+    assert "vs_reference" not in agreement["answer"]
+    better = agreement["tf_accuracy"]["vs_reference"]
+    assert better["difference"] == pytest.approx(1.0 - answer_rho)
+    low, high = better["difference_ci"]
+    assert 0.0 <= low <= better["difference"] <= high
+    assert better["share_better"] > 0.5
+    worse = agreement["reversed"]["vs_reference"]
+    assert worse["difference_ci"][1] < 0 and worse["share_better"] == 0.0
+    lo, hi = agreement["answer"]["spearman_ci"]
+    assert lo <= answer_rho <= hi
+
+
+def test_the_batched_spearman_is_scipys_with_ties(ranking):
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 4, (50, 9)).astype(float)  # many ties
+    y = rng.normal(size=(50, 9))
+    y[:, :3] = 0.0
+    expected = [stats.spearmanr(a, b).statistic if len(set(a)) > 1 else np.nan for a, b in zip(x, y, strict=True)]
+    np.testing.assert_allclose(ranking._spearman(x, y), expected, atol=1e-12)
+
+
+def test_rank_agreement_of_a_constant_score_is_undefined_not_an_error(ranking):
+    target = np.array([0.1, 0.2, 0.3, 0.4])
+    agreement = ranking.rank_agreement({"answer": target, "flat": np.ones(4)}, target, resamples=50)
+    assert np.isnan(agreement["flat"]["spearman"])
+    assert agreement["answer"]["spearman"] == pytest.approx(1.0)
+
+
+def test_a_ranking_rescores_a_real_study_reproduces_its_means_and_resumes(ranking, tmp_path, tiny_llama_dir):
+    """On a tiny search's own study: every re-scored trial's ``answer`` mean is the study's stored search-set mean
+    (same code, same records, same dtype), a rerun scores nothing again, and the report is written from the rows."""
+    settings = small(tmp_path / "search", tiny_llama_dir, sampler="tpe", trials=6, race=(), s_max=3.0)
+    run_search(settings)
+    out = tmp_path / "ranking"
+    argv = ["--storage", settings.storage_url(), "--trials", "4", "--out", str(out), "--", *cli_args(settings)]
+    assert ranking.main(argv) == 0
+    rows = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and len({r["trial"] for r in rows}) == 4
+    for row in rows:
+        assert row["search"]["answer"] == pytest.approx(row["stored_search_mean"], abs=1e-5)
+        assert row["dtype"] == settings.dtype and row["seconds"] > 0
+        assert 0.0 <= row["holdout_tf_accuracy"] <= 1.0
+    data = json.loads((out / "score_ranking.json").read_text())
+    assert data["study"]["trials_scored"] == 4 and data["trials_without_seconds"] == 0
+    assert set(data["agreement"]) == set(rows[0]["search"])
+    assert "vs_reference" in data["agreement"]["tf_accuracy"]
+    written = (out / "trials.jsonl").read_text()
+    assert ranking.main(argv) == 0  # resumes: every trial is in trials.jsonl already
+    assert (out / "trials.jsonl").read_text() == written
+    assert "| answer |" in (out / "score_ranking.md").read_text()
