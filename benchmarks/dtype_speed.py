@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from rope_adapter.scoring.loading import cpu_bfloat16_flags
+
 
 def seconds(dtype: torch.dtype, repeats: int) -> float:
     a, b = torch.randn(1024, 896, dtype=dtype), torch.randn(896, 4864, dtype=dtype)
@@ -36,15 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="output path without suffix (.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cpu_flags = Path("/proc/cpuinfo").read_text().split() if Path("/proc/cpuinfo").exists() else []
+    cpu_flags = cpu_bfloat16_flags() or {"amx_bf16": None, "avx512_bf16": None}  # None: no /proc/cpuinfo
     f32, bf16 = seconds(torch.float32, args.repeats), seconds(torch.bfloat16, args.repeats)
     result = {
         "threads": args.threads,
         "float32_s": f32,
         "bfloat16_s": bf16,
         "bfloat16_over_float32": bf16 / f32,
-        "amx_bf16": "amx_bf16" in cpu_flags,
-        "avx512_bf16": "avx512_bf16" in cpu_flags,
+        **cpu_flags,
         "machine": platform.machine(),
         "torch": torch.__version__,
     }

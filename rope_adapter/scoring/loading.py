@@ -34,21 +34,53 @@ def resolve_dtype(name: str | torch.dtype, device: str | torch.device | None = N
         raise EvalError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}") from None
 
 
-def bfloat16_hint(dtype: str, device: str | torch.device | None) -> str | None:
-    """A note for a float32 run on a CPU whose AMX tiles make bfloat16 several times faster (measured 4.3x on a
-    3.5k-token Qwen record, with the same teacher-forced verdicts on 158 of 160 samples:
-    benchmarks/results/dtype_agreement_qwen_50pairs.md); None elsewhere. ``auto`` stays float32 on CPUs, so that
-    a study's dtype does not depend on the machine it resumes on."""
-    if str(dtype) not in ("auto", "float32") or resolve_device(device).type != "cpu":
+def cpu_bfloat16_flags(cpuinfo: str | os.PathLike[str] = "/proc/cpuinfo") -> dict[str, bool] | None:
+    """``{"amx_bf16": ..., "avx512_bf16": ...}``: the CPU instructions that run bfloat16 matmuls natively, read from
+    ``cpuinfo``; None where it cannot be read (not Linux), so that nobody is told anything on a guess."""
+    try:
+        with open(cpuinfo) as handle:
+            flags = set(handle.read().split())
+    except OSError:
         return None
+    return {"amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags}
+
+
+def _has_amx() -> bool:
     amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
     try:
-        has_amx = bool(amx()) if amx is not None else False
+        return bool(amx()) if amx is not None else False
     except Exception:  # a private torch probe: never let it stop a run
-        has_amx = False
-    if not has_amx:
+        return False
+
+
+def bfloat16_hint(dtype: str, device: str | torch.device | None) -> str | None:
+    """A note on the dtype of a CPU run, or None where there is nothing to say (any GPU run):
+
+    - float32 (or ``auto``) on a CPU whose AMX tiles make bfloat16 several times faster (measured 4.3x on a
+      3.5k-token Qwen record, with the same teacher-forced verdicts on 158 of 160 samples:
+      benchmarks/results/dtype_agreement_qwen_50pairs.md). ``auto`` stays float32 on CPUs, so that a study's dtype
+      does not depend on the machine it resumes on;
+    - bfloat16 on a CPU with neither AMX nor AVX512-BF16, where its matmuls are emulated and ran 4.7x slower than
+      float32 (benchmarks/results/dtype_speed_no_amx.json).
+    """
+    if resolve_device(device).type != "cpu":
         return None
-    return "note: this CPU has AMX: --dtype bfloat16 scores about 4x faster than float32 here, with near-equal verdicts"
+    if str(dtype) in ("auto", "float32"):
+        if not _has_amx():
+            return None
+        return (
+            "note: this CPU has AMX: --dtype bfloat16 scores about 4x faster than float32 here, with near-equal "
+            "verdicts"
+        )
+    if str(dtype).replace("torch.", "") == "bfloat16":
+        flags = cpu_bfloat16_flags()
+        if flags is None or any(flags.values()) or _has_amx():
+            return None
+        return (
+            "note: this CPU has neither AMX nor AVX512-BF16: bfloat16 runs emulated here, 4.7x slower than float32 "
+            "on such a CPU (benchmarks/dtype_speed.py times yours); --dtype float32 is likely faster"
+        )
+    return None
 
 
 def resolve_device(name: str | torch.device | None) -> torch.device:
