@@ -96,10 +96,11 @@ def rank_agreement(
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(target), (resamples, len(target)))
     boot = {n: _spearman(x[draws], target[draws]) for n, x in scores.items()}
+    rhos = {n: float(_spearman(x, target)[0]) for n, x in scores.items()}
     out: dict[str, dict[str, Any]] = {}
     for n, x in scores.items():
         low, high = np.nanpercentile(boot[n], [2.5, 97.5]) if np.isfinite(boot[n]).any() else (np.nan, np.nan)
-        rho = float(_spearman(x, target)[0])
+        rho = rhos[n]
         row: dict[str, Any] = {
             "spearman": rho,
             "spearman_ci": [float(low), float(high)],
@@ -111,12 +112,18 @@ def rank_agreement(
             lo, hi = np.percentile(diff, [2.5, 97.5]) if len(diff) else (np.nan, np.nan)
             row["vs_reference"] = {
                 "reference": reference,
-                "difference": row["spearman"] - float(_spearman(scores[reference], target)[0]),
+                "difference": rho - rhos[reference],
                 "difference_ci": [float(lo), float(hi)],
                 "share_better": float(np.mean(diff > 0)) if len(diff) else float("nan"),
             }
         out[n] = row
     return out
+
+
+def rank_rows(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """:func:`rank_agreement` of every candidate score of ``trials.jsonl`` rows against their held-out accuracy."""
+    target = np.array([r["holdout_tf_accuracy"] for r in rows])
+    return rank_agreement({n: np.array([r["search"][n] for r in rows]) for n in rows[0]["search"]}, target)
 
 
 def agreement_table(agreement: dict[str, dict[str, Any]]) -> list[str]:
@@ -200,16 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(rows)} trials scored so far: too few to rank")
         return 1
     target = np.array([r["holdout_tf_accuracy"] for r in rows])
-    names = list(rows[0]["search"])
-    agreement = rank_agreement({n: np.array([r["search"][n] for r in rows]) for n in names}, target)
+    agreement = rank_rows(rows)
     # trials tied at the lowest held-out accuracy (all 0 on a model that fails) reward any score that ties them too:
     # the ranking among the others says whether a score orders the trials that differ
     above = [r for r in rows if r["holdout_tf_accuracy"] > target.min()]
     floor_ties = len(rows) - len(above)
     above_floor = None
     if floor_ties >= 2 and len(above) >= 3:
-        above_target = np.array([r["holdout_tf_accuracy"] for r in above])
-        above_floor = rank_agreement({n: np.array([r["search"][n] for r in above]) for n in names}, above_target)
+        above_floor = rank_rows(above)
     data = {
         "study": {"storage": args.storage.rsplit("/", 1)[-1], "name": args.study, "trials_scored": len(rows)},
         "settings": {

@@ -65,14 +65,18 @@ def bfloat16_hint(dtype: str, device: str | torch.device | None) -> str | None:
     """
     if resolve_device(device).type != "cpu":
         return None
-    if str(dtype) in ("auto", "float32"):
+    try:
+        resolved = resolve_dtype(dtype, "cpu")  # "auto" is float32 on a CPU
+    except EvalError:
+        return None
+    if resolved == torch.float32:
         if not _has_amx():
             return None
         return (
             "note: this CPU has AMX: --dtype bfloat16 scores about 4x faster than float32 here, with near-equal "
             "verdicts"
         )
-    if str(dtype).replace("torch.", "") == "bfloat16":
+    if resolved == torch.bfloat16:
         flags = cpu_bfloat16_flags()
         if flags is None or any(flags.values()) or _has_amx():
             return None
