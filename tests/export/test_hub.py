@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-import testkit.hub_server as hub_server
 from huggingface_hub import HfApi, hf_hub_download, snapshot_download
 from huggingface_hub.errors import (
     EntryNotFoundError,
@@ -20,6 +19,7 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 from testkit.card_folders import FACTORS, SMOLLM2, factor_table, front_matter, make_adapter
+from testkit.hub_handler import HubHandler
 from testkit.hub_server import HubTestServer, hub_for_test
 
 from rope_adapter.export.hub import HubPublishError, absolute_url, push_folder
@@ -223,13 +223,13 @@ def test_push_prints_an_absolute_commit_url_when_the_server_answers_a_relative_o
     assert (
         absolute_url("https://hub.example/org/x/commit/abc", "http://other") == "https://hub.example/org/x/commit/abc"
     )
-    original = hub_server._Handler._url
+    original = HubHandler._url
 
     def relative(self, repo, suffix=""):
         url = original(self, repo, suffix)
         return url.removeprefix(hub.endpoint) if suffix.startswith("/commit/") else url
 
-    monkeypatch.setattr(hub_server._Handler, "_url", relative)
+    monkeypatch.setattr(HubHandler, "_url", relative)
     url = push_folder(make_adapter(tmp_path / "adapter", results=False), "org/relative", token=TOKEN)
     assert url.startswith(f"{hub.endpoint}/org/relative/commit/")
 

@@ -1,0 +1,200 @@
+"""The factor search refuses bad input (settings, data, storage, output folders) before any model is loaded, with
+an error that names the fix; a study made with other settings or an older space is refused on resume.
+
+Tiny random models and a byte tokenizer; no wall-clock limits.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from testkit.searches import small
+
+from rope_adapter.scoring.tasks import KVRetrievalTask
+from rope_adapter.search import SearchError, SearchSettings, run_search
+from rope_adapter.search import study as study_mod
+from rope_adapter.search import worker as worker_mod
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Bad input must fail before any model is loaded."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the bad input was reported")
+
+    monkeypatch.setattr(worker_mod, "load_model", refuse)
+    monkeypatch.setattr(study_mod, "make_worker", refuse)
+
+
+def test_unknown_task(tmp_path, model_dir, no_model_load):
+    with pytest.raises(SearchError, match="unknown task 'kv-retrival'; known tasks: .*kv-retrieval"):
+        run_search(small(tmp_path, model_dir, task="kv-retrival"))
+    with pytest.raises(SearchError, match="perplexity is a guard"):
+        run_search(small(tmp_path, model_dir, task="perplexity"))
+
+
+def test_unreadable_data_file(tmp_path, model_dir, no_model_load):
+    with pytest.raises(SearchError, match="does not exist"):
+        run_search(small(tmp_path, model_dir, data=str(tmp_path / "missing.jsonl.gz")))
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"this is not gzip")
+    with pytest.raises(SearchError, match="cannot"):
+        run_search(small(tmp_path, model_dir, data=str(broken)))
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text('{"question": "no kv records here"}\n')
+    with pytest.raises(SearchError, match="ordered_kv_records"):
+        run_search(small(tmp_path, model_dir, data=str(wrong)))
+
+
+def test_data_file_too_small_for_the_split(tmp_path, model_dir, no_model_load):
+    data = tmp_path / "two.jsonl"
+    rows = KVRetrievalTask(num_records=2, num_pairs=3, num_positions=3, seed=0).load_records()
+    data.write_text("".join(json.dumps({"ordered_kv_records": [list(p) for p in r.pairs]}) + "\n" for r in rows))
+    with pytest.raises(SearchError, match="2 records available"):
+        run_search(small(tmp_path, model_dir, data=str(data)))
+
+
+def test_unreachable_storage(tmp_path, model_dir, no_model_load):
+    url = "postgresql+psycopg2://someone:s3cret-pw@127.0.0.1:1/nowhere"
+    with pytest.raises(SearchError) as info:
+        run_search(small(tmp_path, model_dir, storage=url))
+    message = str(info.value)
+    assert "s3cret-pw" not in message
+    assert "cannot reach the study storage" in message or "driver" in message
+    with pytest.raises(SearchError, match="does not exist"):
+        run_search(small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/no/such/dir/study.db"))
+    with pytest.raises(SearchError, match="not a database URL"):
+        run_search(small(tmp_path, model_dir, storage="not a url"))
+
+
+def test_study_with_other_settings(tmp_path, model_dir):
+    run_search(small(tmp_path, model_dir, trials=1, holdout_records=1))
+    with pytest.raises(SearchError, match=r"exists with other settings \(.*data_seed: 0 in the study, 1 now"):
+        run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1))
+    with pytest.raises(SearchError, match="space.s_max"):
+        run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, s_max=1.7))
+    # another study name in the same storage is fine, with its own --out (it would replace the first one's outputs)
+    with pytest.raises(SearchError, match="replaces only its own outputs"):
+        run_search(small(tmp_path, model_dir, trials=1, holdout_records=1, data_seed=1, study="other"))
+    shared = f"sqlite:///{tmp_path / 'study.db'}"
+    run_search(
+        small(tmp_path / "o", model_dir, trials=1, holdout_records=1, data_seed=1, study="other", storage=shared)
+    )
+
+
+def test_open_storage_retries_only_the_schema_race(tmp_path, monkeypatch):
+    """Two processes opening one fresh SQLite file can both insert Optuna's schema version row: the later one gets
+    a unique-constraint error and opens the (now complete) schema on a retry. Other errors are not retried."""
+    import optuna
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from rope_adapter.search import storage as storage_mod
+
+    real = optuna.storages.RDBStorage
+    calls = []
+
+    def flaky(error):
+        def make(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise error
+            return real(*args, **kwargs)
+
+        return make
+
+    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    race = IntegrityError("INSERT INTO alembic_version", {}, Exception("UNIQUE constraint failed"))
+    monkeypatch.setattr(optuna.storages, "RDBStorage", flaky(race))
+    assert isinstance(storage_mod.open_storage(f"sqlite:///{tmp_path}/a.db"), real)
+    assert len(calls) == 2
+    calls.clear()
+    other = OperationalError("SELECT", {}, Exception("disk I/O error"))
+    monkeypatch.setattr(optuna.storages, "RDBStorage", flaky(other))
+    with pytest.raises(SearchError, match="cannot reach the study storage.*disk I/O error"):
+        storage_mod.open_storage(f"sqlite:///{tmp_path}/b.db")
+    assert len(calls) == 1
+
+
+def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_margin(tmp_path, model_dir):
+    """Its stored settings have no ``endpoint_margin`` and its trials were sampled with widened end ys: resuming it
+    with the new default would change its distributions under NSGA-II, so it is refused with the fix."""
+    from rope_adapter.search import storage as storage_mod
+
+    settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
+    old = storage_mod.study_fingerprint(settings, "float32")
+    del old["space"]["endpoint_margin"], old["sampler"]  # it was made before both settings existed
+    storage = storage_mod.open_storage(settings.storage)
+    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
+    with pytest.raises(SearchError, match=r"space.endpoint_margin: True in the study, False now.*--endpoint-margin"):
+        storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(settings, "float32"))
+    legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True, sampler="nsga2")
+    assert storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(legacy, "float32"))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(s_min=1.5, s_max=1.2), "s_min must be smaller than s_max"),
+        (dict(s_min=0.0), "s_min must be positive"),
+        (dict(layer_bounds=("0-1:1.6:1.8",)), "no factor for layer 0"),
+        (dict(layer_bounds=("2-9:1.0:1.1",)), "model has 4 layers"),
+        (dict(layer_bounds=("0-1:1.2:1.1",)), "low <= high"),
+        (dict(uniform=(1.05, 1.7)), r"uniform baselines \[1.7\]"),
+        (dict(trials=None), "stopping rule"),
+        (dict(x_mode="curvy"), "x_mode"),
+        (dict(select="best"), "select"),
+        (dict(workers=0), "workers"),
+        (dict(positions=(0, 7)), "positions"),
+        (dict(task_options={"filler": 3}), "no option"),
+        (dict(ppl_text="x.txt"), "needs --max-ppl-increase"),
+    ],
+)
+def test_bad_settings_fail_before_loading(tmp_path, model_dir, no_model_load, overrides, message):
+    with pytest.raises(SearchError, match=message):
+        run_search(small(tmp_path, model_dir, **overrides))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"trials": "5"}, "trials must be an integer, got '5'"),
+        ({"pairs": True}, "pairs must be an integer"),
+        ({"s_max": float("inf")}, "s_max must be a finite number"),
+        ({"position_weights": (1.0, 2.0)}, "2 position weights for 5 gold positions"),
+        ({"positions": (0, 4), "position_weights": (1.0, 2.0, 3.0)}, "3 position weights for 2 gold positions"),
+        ({"k": 0}, "k must be"),
+        ({"race": 0.5}, "race must be a list"),
+    ],
+)
+def test_bad_settings_are_refused_when_made(kwargs, match, tmp_path):
+    """SearchSettings validates itself in __post_init__: nothing is created, no model is loaded."""
+    with pytest.raises(SearchError, match=match):
+        SearchSettings(out=str(tmp_path / "never"), **kwargs)
+    assert not (tmp_path / "never").exists()
+
+
+def test_cli_refuses_wrong_weight_count_before_any_output(tmp_path):
+    from rope_adapter.cli import main
+
+    out = tmp_path / "never"
+    assert (
+        main(["search", "--model", str(tmp_path / "no-model"), "--position-weights", "1", "2", "--out", str(out)]) == 2
+    )
+    assert not out.exists()
+
+
+def test_prompts_longer_than_the_model_are_refused_before_any_output(tmp_path, model_dir):
+    out = tmp_path / "never"
+    with pytest.raises(SearchError, match=r"longer \(\d+ tokens at (most|least)\b.*than the model's \d+ positions"):
+        run_search(small(out, model_dir, pairs=60))
+    assert not out.exists()
+
+
+def test_an_output_folder_that_cannot_be_written_is_refused(tmp_path, model_dir):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    with pytest.raises(SearchError, match="cannot write into the output folder"):
+        run_search(small(blocker / "out", model_dir))
+    assert blocker.read_text() == "in the way"
