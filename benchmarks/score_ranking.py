@@ -13,8 +13,10 @@ teacher-forced pass each, and computes from the same pass every candidate score 
 Each candidate is averaged over gold positions (the search's "mean" objective) and ranked against the held-out
 teacher-forced accuracy (mean over positions) with Spearman's rho and Kendall's tau over trials, with a bootstrap
 interval over trials; every candidate is also compared with ``answer`` (the default) on the same bootstrap draws,
-so the difference in rho gets a paired interval. Writes ``score_ranking.json`` and ``score_ranking.md`` in ``--out``; each re-scored trial is
+so the difference in rho gets a paired interval. Writes ``score_ranking.json``, ``score_ranking.md`` and
+``score_ranking.png`` (each trial's search score against its held-out accuracy) in ``--out``; each re-scored trial is
 appended to ``trials.jsonl`` there as it ends, and a rerun of the same command scores only the missing ones.
+``--report-only`` writes the report from ``trials.jsonl`` without loading the model.
 
     .venv/bin/python benchmarks/score_ranking.py --storage sqlite:///benchmarks/results/search_smollm2_10pairs/study.db \\
         --trials 24 --out benchmarks/results/score_ranking_smollm2_10pairs -- <the study's search flags>
@@ -146,6 +148,39 @@ def agreement_table(agreement: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def plot_ranking(rows: list[dict[str, Any]], agreement: dict[str, dict[str, Any]], path: Path, title: str) -> None:
+    """One panel per headline score (``answer``, ``tf_accuracy``, then the best soft and margin score): each trial's
+    search-set score against its held-out accuracy, baselines marked, the panel titled with its Spearman rho."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in ("answer", "tf_accuracy") if n in agreement]
+    for prefix in ("soft@", "margin@"):
+        family = [n for n in agreement if n.startswith(prefix) and np.isfinite(agreement[n]["spearman"])]
+        if family:
+            names.append(max(family, key=lambda n: agreement[n]["spearman"]))
+    held = np.array([r["holdout_tf_accuracy"] for r in rows])
+    base = np.array([r.get("baseline") is not None for r in rows])
+    fig, axes = plt.subplots(1, len(names), figsize=(3.6 * len(names), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        x = np.array([r["search"][name] for r in rows])
+        ax.scatter(x[~base], held[~base], s=22, label="searched curve")
+        if base.any():
+            ax.scatter(x[base], held[base], s=30, marker="s", label="baseline (base / uniform)")
+        lo, hi = agreement[name]["spearman_ci"]
+        ax.set_title(f"{name}: rho {agreement[name]['spearman']:+.2f} [{lo:+.2f}, {hi:+.2f}]", fontsize=9)
+        ax.set_xlabel(f"search-set {name}")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out accuracy")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"Search score against held-out accuracy, {len(rows)} trials: {title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -175,13 +210,16 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     return 2
                 done[row["trial"]] = row
-    worker = make_worker(settings, 0, with_holdout=True)
-    search_pos, held_pos = worker.search.positions, worker.holdout.positions
     rows = [done[t.number] for t in trials if t.number in done]
     start = time.perf_counter()
     # bit-reversed order: a run stopped early has still scored trials spread over the whole range of means
     order = sorted(range(len(trials)), key=lambda i: f"{i:016b}"[::-1])
     todo = [] if args.report_only else [trials[i] for i in order if trials[i].number not in done]
+    holdout_records = settings.holdout_records
+    if todo:  # the model loads only when there is something to score
+        worker = make_worker(settings, 0, with_holdout=True)
+        search_pos, held_pos = worker.search.positions, worker.holdout.positions
+        holdout_records = len(set(s.record_id for s in worker.holdout.samples))
     for t in tqdm(todo, desc="trials", file=sys.stderr):
         factors = t.user_attrs[TRIAL_ATTR]["factors"]
         began = time.perf_counter()
@@ -203,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         with open(done_file, "a") as handle:
             handle.write(json.dumps(rows[-1]) + "\n")
+    # the report orders trials by their search-set mean, however the rows were resumed: the same rows give the same
+    # bootstrap draws, so a --report-only rerun reproduces the intervals of the run that scored them
+    by_trial = {r["trial"]: r for r in rows}
+    rows = [by_trial[t.number] for t in trials if t.number in by_trial]
     if len(rows) < 3:
         print(f"{len(rows)} trials scored so far: too few to rank")
         return 1
@@ -223,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             "search_records": settings.search_records,
             "dtype": settings.dtype,
         },
-        "holdout_records": len(set(s.record_id for s in worker.holdout.samples)),
+        "holdout_records": holdout_records,
         "seconds_this_run": time.perf_counter() - start,
         "seconds_rescoring": sum(r.get("seconds", 0.0) for r in rows),
         "trials_without_seconds": sum("seconds" not in r for r in rows),
@@ -261,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *agreement_table(above_floor),
         ]
+    plot_ranking(rows, agreement, args.out / "score_ranking.png", f"{settings.model}, {settings.pairs} pairs")
+    lines += ["", "![search score against held-out accuracy, one point per trial](score_ranking.png)"]
     (args.out / "score_ranking.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

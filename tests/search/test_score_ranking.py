@@ -94,7 +94,31 @@ def test_a_ranking_rescores_a_real_study_reproduces_its_means_and_resumes(rankin
     assert data["study"]["trials_scored"] == 4 and data["trials_without_seconds"] == 0
     assert set(data["agreement"]) == set(rows[0]["search"])
     assert "vs_reference" in data["agreement"]["tf_accuracy"]
+    assert (out / "score_ranking.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     written = (out / "trials.jsonl").read_text()
     assert ranking.main(argv) == 0  # resumes: every trial is in trials.jsonl already
     assert (out / "trials.jsonl").read_text() == written
     assert "| answer |" in (out / "score_ranking.md").read_text()
+
+
+def test_a_report_only_run_reads_trials_jsonl_without_loading_the_model(ranking, tmp_path, tiny_llama_dir, monkeypatch):
+    """``--report-only`` on a ranking the script wrote: the same agreement, held-out record count and figure, and
+    the model never loads (a Qwen ranking's report then takes seconds, not the minutes of a model load)."""
+    settings = small(tmp_path / "search", tiny_llama_dir, sampler="tpe", trials=5, race=(), s_max=3.0)
+    run_search(settings)
+    out = tmp_path / "ranking"
+    argv = ["--storage", settings.storage_url(), "--trials", "4", "--out", str(out), "--", *cli_args(settings)]
+    assert ranking.main(argv) == 0
+    scored = json.loads((out / "score_ranking.json").read_text())
+    (out / "score_ranking.png").unlink()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("--report-only loaded the model")
+
+    monkeypatch.setattr(ranking, "make_worker", refuse)
+    assert ranking.main([*argv[: argv.index("--")], "--report-only", *argv[argv.index("--") :]]) == 0
+    report = json.loads((out / "score_ranking.json").read_text())
+    assert json.dumps(report["agreement"]) == json.dumps(scored["agreement"])  # NaN where a score is constant
+    assert report["trials"] == scored["trials"]
+    assert report["holdout_records"] == scored["holdout_records"] == settings.holdout_records
+    assert (out / "score_ranking.png").is_file()
