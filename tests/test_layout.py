@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -158,18 +159,29 @@ def test_a_folder_is_its_import_path():
     assert {v: k for k, v in mapped.items() if k != "rope_adapter"} == MAPPED
 
 
-def test_no_top_level_folder_shadows_another_distribution():
-    """Python started in the repo root (as lm-evaluation-harness is) must not import the project's folders as
-    Hugging Face's ``evaluate`` or any other top-level package."""
+def test_no_top_level_folder_shadows_another_distribution(tmp_path):
+    """Python started in the repo root (as lm-evaluation-harness is) imports the root's packages before installed
+    ones: no top-level package or module of the repo may have the name of a module the environment installs
+    (Hugging Face's ``evaluate``, say). The names are looked up from another folder, where ours are invisible
+    except the installed ``rope_adapter``; the room names ``evaluate``, ``scoring`` and ``cli`` are checked too, in
+    case one is ever added at the top."""
+    tops = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file())
+    tops += sorted(p.stem for p in ROOT.glob("*.py"))
+    names = sorted({*tops, "evaluate", "scoring", "cli", "json"})  # json: the lookup must see the standard library
     code = (
-        "import importlib.util, os, sys; "
-        "names = ['evaluate', 'scoring', 'cli', 'search', 'export', 'model_cards']; "
-        "own = lambda o, n: o in (os.path.join(sys.argv[1], n, '__init__.py'), os.path.join(sys.argv[1], n + '.py')); "
-        "print([n for n in names if (s := importlib.util.find_spec(n)) and s.origin and own(s.origin, n)])"
+        "import importlib.util, json, sys; "
+        "print(json.dumps({n: getattr(importlib.util.find_spec(n), 'origin', None) for n in sys.argv[1:]}))"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT)], cwd=ROOT, capture_output=True, text=True, check=True)
-    shadowing = eval(out.stdout)  # noqa: S307 - our own printed list (a .venv inside the clone is not ours)
-    assert shadowing == [] or set(shadowing) <= {"search", "export", "model_cards"}, shadowing
+    out = subprocess.run([sys.executable, "-c", code, *names], cwd=tmp_path, capture_output=True, text=True, check=True)
+    found = json.loads(out.stdout)
+    assert found["json"] and found["rope_adapter"] == str(ROOT / "rope_adapter" / "__init__.py")
+    ours = {n: {str(ROOT / n / "__init__.py"), str(ROOT / f"{n}.py")} for n in tops}
+    clashes = {n: found[n] for n in tops if found[n] and found[n] not in ours[n]}
+    assert not clashes, f"top-level folders with the name of an installed module: {clashes}"
+    if found["evaluate"]:  # Hugging Face's, installed with lm_eval: Python in the root still finds it, not a room
+        code = "import importlib.util; print(importlib.util.find_spec('evaluate').origin)"
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == found["evaluate"]
 
 
 def test_committed_results_hold_no_absolute_local_path():

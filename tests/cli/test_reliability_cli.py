@@ -93,6 +93,29 @@ def test_eval_bad_input_is_one_line_before_the_model_loads(model_dir, tmp_path, 
     assert not (tmp_path / "o").exists()
 
 
+def test_a_peft_keyerror_for_lrs_is_the_import_hint_and_other_keyerrors_stay_bugs(
+    model_dir, tmp_path, capsys, monkeypatch
+):
+    """PEFT's ``KeyError: 'LRS'`` (an adapter loaded where ``rope_adapter`` was not imported) becomes the one-line
+    hint; any other KeyError is a bug and keeps its traceback."""
+    from rope_adapter.errors import MISSING_IMPORT_HINT
+
+    def load(error):
+        def raise_(*args, **kwargs):
+            raise error
+
+        return raise_
+
+    args = ["eval", "--model", str(model_dir), "--num-pairs", "3", "--positions", "0,2", "--num-samples", "1"]
+    args += ["--out", str(tmp_path / "o")]
+    monkeypatch.setattr(ev, "load_model", load(KeyError("LRS")))
+    err = one_line_error(capsys, main(args))
+    assert err == f"rope-adapter: error: {MISSING_IMPORT_HINT}" and "import rope_adapter" in err
+    monkeypatch.setattr(ev, "load_model", load(KeyError("hidden_size")))
+    with pytest.raises(KeyError, match="hidden_size"):
+        main(args)
+
+
 def test_eval_out_on_a_full_disk_is_refused_before_the_run(model_dir, tmp_path, capsys, no_model_load, monkeypatch):
     monkeypatch.setattr(staging.os, "fsync", enospc)
     rc = main(["eval", "--model", str(model_dir), "--num-pairs", "3", "--out", str(tmp_path / "o")])

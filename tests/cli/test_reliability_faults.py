@@ -209,9 +209,12 @@ def test_other_state_dicts_go_to_safetensors_unchanged(tmp_path):
     """Only an LRS state dict is staged; anything else PEFT saves is written where it asked, as before."""
     import peft.peft_model
     import torch
+    from safetensors.torch import load_file
 
+    assert getattr(peft.peft_model.safe_save_file, "_lrs_atomic", False)  # the wrapper is the one PEFT calls
     peft.peft_model.safe_save_file({"lora_A.weight": torch.ones(2)}, str(tmp_path / "w.safetensors"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.safetensors"]
+    assert torch.equal(load_file(tmp_path / "w.safetensors")["lora_A.weight"], torch.ones(2))
 
 
 def rope_adapter_factors(folder) -> list[float]:

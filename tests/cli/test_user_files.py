@@ -148,7 +148,7 @@ def test_search_refuses_an_adapter_folder_it_did_not_write(tmp_path, model_dir, 
         json.dumps({**json.loads((out / "adapter" / "adapter_config.json").read_text()), "provenance": None})
     )
     before = _snapshot(out)
-    with pytest.raises(SearchError, match="adapter"):
+    with pytest.raises(SearchError, match=r"holds adapter \(no search report or adapter that names the study"):
         run_search(small(out, model_dir))
     assert _snapshot(out) == before
 

@@ -164,12 +164,21 @@ def test_refused_from_pretrained_leaves_the_base_model_exactly_as_it_was(adapter
     assert_unchanged(base, before)
 
 
-@pytest.mark.parametrize("text", ["{not json", "", "[]", '{"peft_type": "lrs"}', "{}"])
-def test_config_peft_cannot_parse_fails_in_peft_before_any_change(adapter_dir, text):
+@pytest.mark.parametrize(
+    ("text", "peft_error"),
+    [
+        ("{not json", ValueError),  # json.JSONDecodeError
+        ("", ValueError),
+        ("[]", TypeError),
+        ('{"peft_type": "lrs"}', KeyError),  # PEFT's types are upper case
+        ("{}", KeyError),
+    ],
+)
+def test_config_peft_cannot_parse_fails_in_peft_before_any_change(adapter_dir, text, peft_error):
     (adapter_dir / "adapter_config.json").write_text(text)
     base = tiny_model("llama")
     before = snapshot(base)
-    with pytest.raises(Exception):  # noqa: B017, PT011 - PEFT's own error (JSON, KeyError), raised by PEFT
+    with pytest.raises(peft_error):  # PEFT's own error: PEFT reads the file before any of our code runs
         PeftModel.from_pretrained(base, adapter_dir)
     assert_unchanged(base, before)
     with pytest.raises(AdapterFileError):  # ours names the file and the fix

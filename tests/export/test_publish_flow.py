@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.hub_server import HubTestServer, hub_for_test
+from testkit.hub_server import hub_for_test
 from testkit.tiny_models import byte_tokenizer, tiny_model
 
 from rope_adapter import LrsConfig
@@ -147,7 +147,6 @@ def test_cli_push_with_a_bad_token_is_one_line_without_the_token(hub, made):
     assert len(lines) == 1 and lines[0].startswith("rope-adapter: error:"), done.stderr
     assert "Traceback" not in done.stderr and bad not in done.stderr + done.stdout
     assert not hub.repo_exists("org/x")
-    assert HubTestServer.DEFAULT_TOKEN != bad
 
 
 def test_peft_push_to_hub_keeps_working(hub, made):

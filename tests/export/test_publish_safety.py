@@ -65,7 +65,8 @@ def test_an_exported_model_publishes_its_code_weights_and_sidecar(tmp_path):
     (folder / "model.safetensors").write_bytes(b"\0" * 16)
     (folder / "helper.py").write_text("# not named by auto_map\n")
     files = set(read_folder(folder).files)
-    assert {"config.json", "configuration_llama_lrs.py", "modeling_llama_lrs.py", "model.safetensors"} <= files
+    published = {"config.json", "configuration_llama_lrs.py", "modeling_llama_lrs.py", "model.safetensors"}
+    assert published | {"lrs_export.json"} <= files
     assert "helper.py" not in files
 
 
@@ -85,5 +86,5 @@ def test_push_lists_the_files_first_and_a_dry_run_uploads_nothing(hub, tmp_path,
     out = capsys.readouterr().out
     assert "would upload to org/dry: README.md (generated), adapter_config.json" in out
     assert "left out: " in out and "notes.txt (a link: never followed)" in out
-    with pytest.raises(Exception, match="org/dry"):  # no repo was made: nothing was sent
-        hub.files("org/dry")
+    assert not hub.repo_exists("org/dry")  # nothing was sent: no repo, and no write request of any kind
+    assert not [r for r in hub.requests if r[0] in {"POST", "PUT", "DELETE"}]

@@ -20,6 +20,7 @@ from rope_adapter.scoring.tasks import (
     apply_chat_template,
     available_tasks,
     best_subspan_em,
+    build,
     evenly_spaced_positions,
     get_task,
     normalize_answer,
@@ -102,7 +103,9 @@ def test_evenly_spaced_positions():
     assert evenly_spaced_positions(140) == [0, 35, 70, 104, 139]
     assert evenly_spaced_positions(10, 3) == [0, 5, 9]
     assert evenly_spaced_positions(7, 1) == [0]
-    with pytest.raises(ValueError):
+    with pytest.raises(
+        ValueError, match=r"5 distinct gold positions in 3 slots: ask for at most 3 \(--num-positions\)"
+    ):
         evenly_spaced_positions(3, 5)
 
 
@@ -366,6 +369,18 @@ def test_chat_template_keeps_the_prefix_shared():
         apply_chat_template(samples, byte_tokenizer())
 
 
-def test_every_registered_task_is_a_task():
+def test_every_registered_task_builds_and_a_position_task_makes_samples(tmp_path):
+    """Each registered name builds an instance of its own class (with a data file where it needs one), and a
+    position task (what search and eval sweep) yields samples at its gold positions."""
+    (tmp_path / "book.txt").write_text("Some text to measure. " * 50)
+    data = {"mdqa": qa_file(tmp_path, ctxs_per_record=20)[0], "perplexity": tmp_path / "book.txt"}
     for name in available_tasks():
-        assert issubclass(get_task(name), Task)
+        options = {"data_path": str(data[name])} if name in data else {}
+        task = build(name, **options)
+        assert isinstance(task, get_task(name)) and isinstance(task, Task) and task.name == name
+        if type(task).position_sweep:
+            by_record: dict[str, list[int]] = {}
+            for s in task.samples():
+                by_record.setdefault(s.record_id, []).append(s.position)
+            sweeps = {tuple(p) for p in by_record.values()}
+            assert len(sweeps) == 1 and len(next(iter(sweeps))) >= 2, (name, sweeps)  # one sweep, the same for all

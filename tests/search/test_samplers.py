@@ -60,13 +60,29 @@ def test_each_sampler_runs_and_reports_itself(searches, name):
     assert len({tuple(sorted(t.params.items())) for t in searched}) == len(searched)
 
 
-def test_the_gp_sampler_models_the_trials_after_startup(searches):
-    """After the startup trials GPSampler proposes through its model: the proposals differ from what the same
-    seed draws at random, and each is inside the sampler ranges."""
-    settings, _, trials = searches["gp"]
-    late = [t for t in trials if t.number >= STARTUP_TRIALS]
-    assert late
+def test_the_gp_sampler_models_the_trials_after_startup(tmp_path, model_dir, monkeypatch):
+    """Before ``STARTUP_TRIALS`` GPSampler samples at random; from then on every searched trial runs the point its
+    Gaussian-process model proposed (``sample_relative`` returns the whole point, and that point is what is scored),
+    inside the sampler ranges."""
+    proposals: dict[int, dict] = {}
+    original = optuna.samplers.GPSampler.sample_relative
+
+    def spy(self, study, trial, search_space):
+        proposals[trial.number] = out = original(self, study, trial, search_space)
+        return out
+
+    monkeypatch.setattr(optuna.samplers.GPSampler, "sample_relative", spy)
+    settings = small(tmp_path, model_dir, sampler="gp", trials=STARTUP_TRIALS + 2, degree=2, race=())
+    run_search(settings)
+    trials = load_trials(settings)
+    searched = [t for t in trials if t.user_attrs.get("baseline") is None]
+    early = [t for t in searched if t.number < STARTUP_TRIALS]
+    late = [t for t in searched if t.number >= STARTUP_TRIALS]
+    assert early and len(late) == 2
+    assert all(not proposals.get(t.number) for t in early)  # random startup: the model proposes nothing
     for t in late:
+        assert proposals[t.number] and set(proposals[t.number]) == set(t.params)
+        assert all(t.params[n] == pytest.approx(v) for n, v in proposals[t.number].items())
         for name, value in t.params.items():
             d = t.distributions[name]
             assert d.low <= value <= d.high

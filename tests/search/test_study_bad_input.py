@@ -40,7 +40,9 @@ def test_unreadable_data_file(tmp_path, model_dir, no_model_load):
         run_search(small(tmp_path, model_dir, data=str(tmp_path / "missing.jsonl.gz")))
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(b"this is not gzip")
-    with pytest.raises(SearchError, match="cannot"):
+    with pytest.raises(
+        SearchError, match=r"cannot use the data of task 'kv-retrieval': cannot read data file .*broken\.jsonl\.gz"
+    ):
         run_search(small(tmp_path, model_dir, data=str(broken)))
     wrong = tmp_path / "wrong.jsonl"
     wrong.write_text('{"question": "no kv records here"}\n')
@@ -175,13 +177,14 @@ def test_bad_settings_are_refused_when_made(kwargs, match, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
-def test_cli_refuses_wrong_weight_count_before_any_output(tmp_path):
+def test_cli_refuses_wrong_weight_count_before_any_output(tmp_path, model_dir, no_model_load, capsys):
+    """A real model folder, so the weight count is the only thing wrong: 2 weights for the default 5 positions."""
     from rope_adapter.cli import main
 
     out = tmp_path / "never"
-    assert (
-        main(["search", "--model", str(tmp_path / "no-model"), "--position-weights", "1", "2", "--out", str(out)]) == 2
-    )
+    assert main(["search", "--model", str(model_dir), "--position-weights", "1", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "2 position weights for 5 gold positions" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
 
 

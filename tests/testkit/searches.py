@@ -101,12 +101,21 @@ def two_workers(settings: SearchSettings) -> None:
     trials = load_trials(settings)
     done = complete(trials)
     assert len(done) >= settings.trials
-    assert len({t.number for t in trials}) == len(trials)
     # Every trial was run by one of the two workers of this one study. Which of them ran how many is not part of
     # the design (one worker may finish all trials before the other has loaded its model), so it is not asserted.
     workers = {t.user_attrs["lrs"]["worker"].rsplit(":", 2)[-1] for t in done}
     assert workers and workers <= {"w0", "w1"}, workers
-    assert 1 <= len({t.user_attrs["lrs"]["worker"].rsplit(":", 1)[0] for t in done}) <= len(workers)
+    # each worker is one process (host:pid:wN), and no two workers share one
+    processes = {
+        label: {
+            t.user_attrs["lrs"]["worker"].rsplit(":", 1)[0]
+            for t in done
+            if t.user_attrs["lrs"]["worker"].endswith(":" + label)
+        }
+        for label in workers
+    }
+    assert all(len(p) == 1 for p in processes.values()), processes
+    assert len(set().union(*processes.values())) == len(workers), processes
     baselines = [t for t in trials if t.user_attrs.get("baseline")]
     assert len([t for t in baselines if t.user_attrs["uniform"] == 1.0]) == 1  # enqueued once, not per worker
     assert (Path(settings.out) / "adapter" / "adapter_config.json").is_file()

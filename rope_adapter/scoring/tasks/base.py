@@ -115,7 +115,10 @@ def evenly_spaced_positions(num_slots: int, count: int = 5) -> list[int]:
     if count == 1:
         return [0]
     if count > num_slots:
-        raise ValueError(f"cannot place {count} distinct positions in {num_slots} slots")
+        raise ValueError(
+            f"cannot place {count} distinct gold positions in {num_slots} slots: ask for at most {num_slots} "
+            "(--num-positions), give them (--positions), or make the records longer"
+        )
     step = (num_slots - 1) / (count - 1)
     return [int(i * step + 0.5) for i in range(count)]
 
