@@ -212,7 +212,7 @@ def test_cli_decay_alone_needs_no_model(tmp_path, monkeypatch):
 def test_cli_analyze_bad_input(model_dir, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(ev, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
     for extra, message in [
-        (["--what", "pictures"], "--what"),
+        (["--what", "pictures"], "--what takes a comma-separated list of decay, attention, sensitivity"),
         (["--variant", "lora:1"], "unknown variant"),
         (["--variant", "base"], "compares the base with itself"),
         (["--num-pairs", "3", "--positions", "0,8"], "outside"),

@@ -129,7 +129,7 @@ def test_a_study_made_before_the_sampler_setting_resumes_as_nsga2(tmp_path, mode
     default = small(tmp_path, model_dir, storage=settings.storage, study="lrs")
     assert storage_mod.resolve_sampler(default, storage).sampler == "nsga2"
     gp = small(tmp_path, model_dir, storage=settings.storage, sampler="gp")
-    with pytest.raises(SearchError, match="sampler"):
+    with pytest.raises(SearchError, match=r"sampler: 'nsga2' in the study, 'gp' now"):
         storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(gp, "float32"))
 
 
@@ -210,7 +210,7 @@ def test_copy_trials_into_a_gp_study_keeps_scores_and_resumes(searches, model_di
         assert t.values == old.values and t.params == old.params
         assert t.user_attrs[TRIAL_ATTR] == old.user_attrs[TRIAL_ATTR]
         assert t.system_attrs == old.system_attrs  # constraint values included
-    with pytest.raises(SearchError, match="exists"):
+    with pytest.raises(SearchError, match="study 'lrs-search' exists in .*: copy trials only into a new study"):
         copy_trials(target, source.storage_url(), source.study)
     result = run_search(target)
     trials = load_trials(target)

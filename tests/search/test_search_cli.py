@@ -111,7 +111,10 @@ def test_cli_end_to_end(tmp_path, model_dir, capsys):
     [
         (["--task", "needle"], "unknown task 'needle'"),
         (["--data", "/nonexistent/kv.jsonl.gz"], "does not exist"),
-        (["--storage", "postgresql+psycopg2://u:topsecret@127.0.0.1:1/db"], "storage"),
+        (
+            ["--storage", "postgresql+psycopg2://u:topsecret@127.0.0.1:1/db"],
+            "cannot reach the study storage 'postgresql+psycopg2://u@127.0.0.1:1/db'",
+        ),
         (["--s-min", "1.2", "--s-max", "1.1"], "s_min must be smaller than s_max"),
         (["--trials", "-1"], "trials must be >= 0"),
     ],
