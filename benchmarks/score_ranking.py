@@ -210,7 +210,6 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     return 2
                 done[row["trial"]] = row
-    rows = [done[t.number] for t in trials if t.number in done]
     start = time.perf_counter()
     # bit-reversed order: a run stopped early has still scored trials spread over the whole range of means
     order = sorted(range(len(trials)), key=lambda i: f"{i:016b}"[::-1])
@@ -226,25 +225,22 @@ def main(argv: list[str] | None = None) -> int:
         search = worker.evaluator.score(factors, worker.search, keep_logprobs=True).logprobs
         held = worker.evaluator.score(factors, worker.holdout, keep_logprobs=True).logprobs
         held_acc = position_means(held_pos, held.exact().astype(np.float64))
-        rows.append(
-            {
-                "trial": t.number,
-                "dtype": settings.dtype,
-                "baseline": t.user_attrs.get("baseline"),
-                "raced_out": bool(t.user_attrs.get(TRIAL_ATTR, {}).get("raced_out")),
-                "stored_search_mean": t.values[0],
-                "search": candidates(search, search_pos, args.temperatures, args.clips),
-                "holdout_tf_accuracy": float(np.mean(list(held_acc.values()))),
-                "holdout_tf_accuracy_by_position": {str(k): v for k, v in held_acc.items()},
-                "seconds": time.perf_counter() - began,
-            }
-        )
+        row = done[t.number] = {
+            "trial": t.number,
+            "dtype": settings.dtype,
+            "baseline": t.user_attrs.get("baseline"),
+            "raced_out": bool(t.user_attrs.get(TRIAL_ATTR, {}).get("raced_out")),
+            "stored_search_mean": t.values[0],
+            "search": candidates(search, search_pos, args.temperatures, args.clips),
+            "holdout_tf_accuracy": float(np.mean(list(held_acc.values()))),
+            "holdout_tf_accuracy_by_position": {str(k): v for k, v in held_acc.items()},
+            "seconds": time.perf_counter() - began,
+        }
         with open(done_file, "a") as handle:
-            handle.write(json.dumps(rows[-1]) + "\n")
+            handle.write(json.dumps(row) + "\n")
     # the report orders trials by their search-set mean, however the rows were resumed: the same rows give the same
     # bootstrap draws, so a --report-only rerun reproduces the intervals of the run that scored them
-    by_trial = {r["trial"]: r for r in rows}
-    rows = [by_trial[t.number] for t in trials if t.number in by_trial]
+    rows = [done[t.number] for t in trials if t.number in done]
     if len(rows) < 3:
         print(f"{len(rows)} trials scored so far: too few to rank")
         return 1

@@ -103,19 +103,11 @@ def two_workers(settings: SearchSettings) -> None:
     assert len(done) >= settings.trials
     # Every trial was run by one of the two workers of this one study. Which of them ran how many is not part of
     # the design (one worker may finish all trials before the other has loaded its model), so it is not asserted.
-    workers = {t.user_attrs["lrs"]["worker"].rsplit(":", 2)[-1] for t in done}
+    # a worker is "host:pid:wN": every trial by w0 or w1, each worker one process, and no two workers share one
+    runs = {tuple(t.user_attrs["lrs"]["worker"].rsplit(":", 1)) for t in done}
+    workers = {label for _, label in runs}
     assert workers and workers <= {"w0", "w1"}, workers
-    # each worker is one process (host:pid:wN), and no two workers share one
-    processes = {
-        label: {
-            t.user_attrs["lrs"]["worker"].rsplit(":", 1)[0]
-            for t in done
-            if t.user_attrs["lrs"]["worker"].endswith(":" + label)
-        }
-        for label in workers
-    }
-    assert all(len(p) == 1 for p in processes.values()), processes
-    assert len(set().union(*processes.values())) == len(workers), processes
+    assert len(runs) == len(workers) == len({host_pid for host_pid, _ in runs}), runs
     baselines = [t for t in trials if t.user_attrs.get("baseline")]
     assert len([t for t in baselines if t.user_attrs["uniform"] == 1.0]) == 1  # enqueued once, not per worker
     assert (Path(settings.out) / "adapter" / "adapter_config.json").is_file()
