@@ -4,6 +4,7 @@ scripts (`benchmarks/pair_eval_results.py`, `benchmarks/eval_agreement.py`)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -18,6 +19,7 @@ def load_benchmark(name: str) -> ModuleType:
     """The script ``benchmarks/<name>.py`` as a module (benchmarks/ is not a package)."""
     spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
