@@ -126,8 +126,9 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
 
     Args:
         settings: the search settings.
-        model, tokenizer: an already loaded model and its tokenizer (optional; then ``settings.model`` only names
-            it in the study). Spawned workers (``workers > 1``) still load ``settings.model`` themselves.
+        model: an already loaded model (optional; then ``settings.model`` only names it in the study). Spawned
+            workers (``workers > 1``) still load ``settings.model`` themselves.
+        tokenizer: the loaded model's tokenizer (optional, with ``model``).
 
     Raises:
         SearchError: bad input (before any heavy work).
