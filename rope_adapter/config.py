@@ -18,6 +18,7 @@ from transformers.utils import cached_file
 
 from .errors import AdapterFileError, InvalidFactorsError, LrsError
 from .factors import check_factors_tensor, validate_factors
+from .numbers import as_int, is_scalar
 from .peft_type import LRS_PEFT_TYPE
 from .saving import commit_staged_weights, discard_staged_weights
 
@@ -65,10 +66,14 @@ class LrsConfig(PeftConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.peft_type = LRS_PEFT_TYPE
-        for name in ("num_layers", "head_dim", "rotary_dim"):
+        for name in ("num_layers", "head_dim", "rotary_dim"):  # any integer type (numpy's too), as a Python int
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise AdapterFileError(f"adapter_config.json: {name} must be a positive integer, found {value!r}")
+            try:
+                setattr(self, name, as_int(value, name, error=AdapterFileError, low=1, optional=True))
+            except AdapterFileError:
+                raise AdapterFileError(
+                    f"adapter_config.json: {name} must be a positive integer, found {value!r}"
+                ) from None
         if self.base_model_type is not None and not isinstance(self.base_model_type, str):
             raise AdapterFileError(
                 f"adapter_config.json: base_model_type must be a string, found {self.base_model_type!r}"
@@ -79,10 +84,8 @@ class LrsConfig(PeftConfig):
                 f"null, found {type(self.base_rope_parameters).__name__} {self.base_rope_parameters!r}"
             )
         if self.factors is not None:
-            if self.num_layers is None and (
-                isinstance(self.factors, int | float) and not isinstance(self.factors, bool)
-            ):
-                self.factors = validate_factors([self.factors], 1)[0]
+            if self.num_layers is None and is_scalar(self.factors):
+                self.factors = validate_factors(self.factors, 1)[0]
             elif self.num_layers is None:
                 self.factors = validate_factors(self.factors, _count(self.factors))
             else:

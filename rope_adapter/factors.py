@@ -12,12 +12,13 @@ only decides how the per-layer frequencies are doubled; everything else is the s
 from __future__ import annotations
 
 import math
-import numbers
-from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
 from .errors import AdapterFileError, InvalidFactorsError
+from .numbers import as_real, is_scalar, items_of
 
 FACTOR_MIN = 1e-3
 FACTOR_MAX = 1e3
@@ -32,33 +33,40 @@ _RANGE_HINT = (
 )
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
-
-
-def validate_factors(factors: float | Sequence[float], num_layers: int) -> list[float]:
+def validate_factors(factors: Any, num_layers: int) -> list[float]:
     """Return ``factors`` as a list of ``num_layers`` floats in ``[FACTOR_MIN, FACTOR_MAX]``, or raise
     InvalidFactorsError.
 
-    A single number means the same factor for every layer. Booleans, strings and nested lists are refused.
+    A single number means the same factor for every layer. Any number type is taken (:mod:`rope_adapter.numbers`:
+    int, float, numpy scalars and 0-d arrays, 0-d tensors, Fraction, Decimal), and any flat container of them
+    (list, tuple, 1-D numpy array or torch tensor of any real dtype, float16 and bfloat16 included). Booleans,
+    strings, nested lists and n-D arrays are refused.
     """
-    if isinstance(factors, torch.Tensor):
-        if factors.dim() > 1 or factors.dtype == torch.bool or factors.is_complex():
-            raise InvalidFactorsError(
-                f"factors must be one number per layer (a flat list or 1-D tensor), got a {factors.dtype} tensor "
-                f"of shape {list(factors.shape)}"
-            )
-        factors = factors.detach().cpu().double().flatten().tolist()
-    if _is_number(factors):
-        factors = [factors] * num_layers  # type: ignore[list-item]
-    if isinstance(factors, str | bytes | dict) or not isinstance(factors, Sequence | range):
-        raise InvalidFactorsError(f"factors must be a number or a list of numbers, got {factors!r}")
-    bad_types = [f for f in factors if not _is_number(f)]
-    if bad_types:
+    if isinstance(factors, torch.Tensor | np.ndarray) and factors.ndim > 1:
         raise InvalidFactorsError(
-            f"factors must be numbers (not booleans, strings or lists), got {bad_types[0]!r} in {list(factors)!r}"
+            f"factors must be one number per layer (a flat list or 1-D tensor), got a {factors.dtype} "
+            f"{type(factors).__name__} of shape {list(factors.shape)}"
         )
-    values = [float(f) for f in factors]
+    if is_scalar(factors):
+        try:
+            one = as_real(factors, "factors", error=InvalidFactorsError, finite=False)
+        except InvalidFactorsError as exc:
+            raise InvalidFactorsError(f"factors must be a number or a list of numbers (one per layer): {exc}") from None
+        items = [one] * num_layers
+    else:
+        try:
+            items = items_of(factors, "factors", InvalidFactorsError)
+        except InvalidFactorsError:
+            raise InvalidFactorsError(
+                f"factors must be a number or a list of numbers (one per layer), got {factors!r:.80} "
+                f"({type(factors).__name__})"
+            ) from None
+    values = []
+    for index, item in enumerate(items):
+        try:  # NaN and infinities pass here: the range check below names them with their layer
+            values.append(as_real(item, f"factors[{index}]", error=InvalidFactorsError, finite=False))
+        except InvalidFactorsError as exc:
+            raise InvalidFactorsError(f"factors must be numbers (not booleans, strings or lists): {exc}") from None
     if len(values) != num_layers:
         raise InvalidFactorsError(
             f"got {len(values)} factors for a model with {num_layers} decoder layers: "
