@@ -82,12 +82,32 @@ def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
             f"{len(records)} records available but {settings.search_records} search + "
             f"{settings.holdout_records} held-out records asked for; lower --search-records/--holdout-records"
         )
+    if settings.data is not None and settings.confirm_top and len(records) < needed + settings.confirm_records:
+        raise SearchError(
+            f"{len(records)} records available but {settings.search_records} search + {settings.holdout_records} "
+            f"held-out + {settings.confirm_records} confirmation records asked for; lower --confirm-records (or "
+            "--search-records/--holdout-records), or --confirm-top 0 to choose on the search set"
+        )
     search, holdout = split_records(records, settings.search_records, settings.holdout_records, settings.data_seed)
     try:
         task.build_samples(search[:1])  # positions against the records (e.g. a position beyond the pairs)
     except ValueError as exc:
         raise SearchError(f"task {settings.task!r}: {exc}") from None
     return task, search, holdout
+
+
+def load_confirmation(settings: SearchSettings) -> list[Any]:
+    """The confirmation records: disjoint from the search and held-out ones, from the same seeded draw, and leaving
+    those two exactly as they are without confirmation. A data file: the next ``confirm_records`` records of the
+    split's shuffle; generated records: the next ones the seeded generator makes after the search and held-out
+    ones. Empty when ``confirm_top`` is 0."""
+    if not settings.confirm_top:
+        return []
+    needed = settings.search_records + settings.holdout_records
+    if settings.data is not None:
+        records = build_task(settings).load_records()  # load_split checked that the file holds enough
+        return split_records(records, needed, settings.confirm_records, settings.data_seed)[1]
+    return build_task(settings, needed + settings.confirm_records).load_records()[needed:]
 
 
 def perplexity_text_path(settings: SearchSettings) -> Path | None:

@@ -33,7 +33,7 @@ from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
 from .racing import stage_ends
 from .report_md import markdown_summary
-from .report_types import ChosenCurve, ConfigSummary, SearchReport, TimingSummary
+from .report_types import ChosenCurve, ConfigSummary, Confirmation, SearchReport, TimingSummary
 from .results_record import holdout_table
 from .samplers import LEGACY_SAMPLER, describe_sampler
 from .settings import SearchSettings, settings_dict
@@ -220,11 +220,19 @@ def build_report(
     sampler_seed: int | None,
     search_seconds: float,
     trials_this_run: int,
+    confirmation: Confirmation | None = None,
 ) -> SearchReport:
-    """Everything about the study except the held-out results (see :func:`add_holdout`)."""
+    """Everything about the study except the held-out results (see :func:`add_holdout`); with a ``confirmation``
+    (:func:`~rope_adapter.search.confirm.run_confirmation`) the adapter and the best uniform factor are its
+    choices, else the search set's."""
     spec = settings.objective_spec()
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
     found, best_uniform, base = choose(records, spec, settings.select)
+    if confirmation is not None:
+        by_number = {r["number"]: r for r in records}
+        found = by_number.get(confirmation["found"], found) if confirmation["found"] is not None else found
+        if confirmation["best_uniform"] is not None:
+            best_uniform = by_number.get(confirmation["best_uniform"], best_uniform)
     front = pareto_front(records, spec)
     complete = [r for r in records if r["state"] == "COMPLETE"]
     evaluated = [r for r in complete if r["evaluated"]]
@@ -325,6 +333,7 @@ def build_report(
         "pareto_front": front,
         "chosen": chosen,
         "search_comparison": search_comparison,
+        "confirmation": confirmation,
         "trials": records,
     }
 

@@ -80,6 +80,7 @@ def markdown_summary(report: SearchReport) -> str:
         )
     if chosen is not None and chosen.get("warning"):
         lines += ["", f"**Warning:** {chosen['warning']}"]
+    lines += confirmation_lines(report.get("confirmation"))
     holdout = report.get("holdout")
     if holdout:
         lines += ["", f"## Held-out ({holdout['records']} records, {holdout['samples']} samples)", ""]
@@ -155,3 +156,40 @@ def markdown_summary(report: SearchReport) -> str:
     if chosen is not None:
         lines += ["## Found factors", "", "`" + " ".join(f"{f:.3f}" for f in chosen["factors"]) + "`", ""]
     return "\n".join(lines) + "\n"
+
+
+def confirmation_lines(confirmation: Mapping[str, Any] | None) -> list[str]:
+    """The confirmation section: each top curve's search-set and confirmation scores and its selection gap."""
+    if not confirmation:
+        return []
+    lines = [
+        "",
+        f"## Confirmation ({confirmation['records']} fresh records, top {confirmation['top']} of each group)",
+        "",
+        "Chosen on the confirmation records: "
+        + "; ".join(
+            f"{label} trial {confirmation[key]}"
+            + (
+                ""
+                if confirmation[key] == confirmation[f"search_{key}"]
+                else f" (the search set chose trial {confirmation[f'search_{key}']})"
+            )
+            for key, label in (("found", "adapter"), ("best_uniform", "best uniform"))
+            if confirmation[key] is not None
+        )  # fmt: skip
+        + ". Selection gap = search-set score minus confirmation score.",
+        "",
+        "| trial | group | search mean | confirmation mean | gap (mean) | search worst | confirmation worst | gap (worst) |",
+        "|---" * 8 + "|",
+    ]
+    chosen = {confirmation["found"], confirmation["best_uniform"]}
+    for c in confirmation["candidates"]:
+        group = c["group"] if c["uniform"] is None else f"uniform {c['uniform']:g}"
+        mark = " (chosen)" if c["trial"] in chosen else ""
+        s, k, g = c["search"], c["confirmation"], c["gap"]
+        lines.append(
+            f"| {c['trial']}{mark} | {group} | {fmt(s.get('mean'))} | {fmt(k.get('mean'))} | "
+            f"{fmt(g.get('mean'), 3, sign=True)} | {fmt(s.get('worst'))} | {fmt(k.get('worst'))} | "
+            f"{fmt(g.get('worst'), 3, sign=True)} |"
+        )
+    return lines

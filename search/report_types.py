@@ -97,6 +97,35 @@ class ChosenCurve(TypedDict):
     warning: str | None
 
 
+class ConfirmedCandidate(TypedDict):
+    """One top curve re-scored on the confirmation records (scores in the search's own score)."""
+
+    trial: int
+    group: str  # "searched" or "uniform"
+    uniform: float | None
+    factors: list[float]
+    search: dict[str, float]  # the trial's objectives on the search set ("mean", "worst", "fitness")
+    confirmation: dict[str, float]  # the same on the confirmation records
+    by_position: dict[str, float]  # confirmation score per gold position
+    gap: dict[str, float]  # selection gap: search minus confirmation, per objective
+    scored_this_run: bool  # False: read back from the study (a resumed study does not score it again)
+
+
+class Confirmation(TypedDict):
+    """The confirmation stage: the top ``top`` searched curves and uniform factors on fresh records, and what was
+    chosen on them (the adapter and the best uniform factor) against what the search set alone would choose."""
+
+    top: int
+    records: int
+    samples: int
+    candidates: list[ConfirmedCandidate]
+    found: int | None  # trial chosen on the confirmation records (the adapter)
+    best_uniform: int | None
+    search_found: int | None  # the search set's own choices, for comparison
+    search_best_uniform: int | None
+    seconds: float
+
+
 class HoldoutConfig(TypedDict, total=False):
     """One configuration (base, best_uniform, found) scored on the held-out records."""
 
@@ -147,3 +176,4 @@ class _ReportRequired(TypedDict):
 
 class SearchReport(_ReportRequired, total=False):
     holdout: Holdout | None  # added by the held-out step (None without held-out records)
+    confirmation: Confirmation | None  # None with confirm_top 0 (the choice is the search set's)

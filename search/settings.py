@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter.errors import LrsError
+from rope_adapter.numbers import as_int, as_ints, as_real, as_reals
 from rope_adapter.scoring.tasks import available_tasks, canonical_task_name
 from rope_adapter.writable import blank_path_reason
 
@@ -73,6 +74,19 @@ class SearchSettings:
     task_options: dict[str, Any] = _f({}, "Other fields of the task class, e.g. {'num_filler': 60} for passkey.")
     search_records: int = _f(20, "Records scored by every trial (each record gives one sample per gold position).")
     holdout_records: int = _f(30, "Other records, scored only at the end for base, best uniform and found factors.")
+    confirm_top: int = _f(
+        3,
+        "Confirmation: after the search, the best this many searched curves and uniform factors on the search set are "
+        "re-scored on --confirm-records fresh records, and the adapter and the best uniform factor are chosen there "
+        "(0: choose on the search set). 3 with 60 records: the best expected held-out score within the cost of 5 "
+        "fully scored trials when the committed Qwen and SmolLM2 studies are replayed (benchmarks/confirmation_k.py).",
+    )
+    confirm_records: int = _f(
+        60,
+        "Confirmation: records, disjoint from the search and held-out ones (the next records of the same seeded draw), "
+        "on which the top curves are re-scored; the report shows each one's selection gap (search-set score minus "
+        "confirmation score). 60: see --confirm-top; fewer records make the chosen curve's gap noisier.",
+    )
     data_seed: int = _f(0, "Seed of generated records and of the search/held-out split.")
     chat_template: bool = _f(False, "Wrap prompts in the tokenizer's chat template (default: raw prompt).")
     # -- objective -----------------------------------------------------------------------------------------
@@ -238,6 +252,13 @@ class SearchSettings:
                 raise SearchError(f"{name} must be an integer >= 1, got {value!r}")
         if self.holdout_records < 0:
             raise SearchError(f"holdout_records must be >= 0, got {self.holdout_records}")
+        if self.confirm_top < 0:
+            raise SearchError(f"confirm_top must be >= 0 (0: no confirmation), got {self.confirm_top}")
+        if self.confirm_top and self.confirm_records < 1:
+            raise SearchError(
+                f"confirm_records must be >= 1 when confirm_top is {self.confirm_top}, got {self.confirm_records}; "
+                "or set --confirm-top 0 to choose on the search set"
+            )
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise SearchError(f"sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
         if self.population < 2:
@@ -289,29 +310,25 @@ class SearchSettings:
                 )
 
     def _check_types(self) -> None:
-        """Numbers must be numbers: ``trials="5"`` or ``pairs=True`` is refused, naming the field."""
+        """Numbers must be numbers (:mod:`rope_adapter.numbers`): any int or float, numpy or torch scalar, Fraction
+        or Decimal is taken and kept as a Python int or float (reports and the study's JSON hold them);
+        ``trials="5"``, ``pairs=True`` or ``batch_size=2.7`` is refused, naming the field."""
         whole = ("batch_size", "max_batch_tokens", "pairs", "num_positions", "search_records", "holdout_records")
         whole += ("data_seed", "degree", "population", "seed", "heartbeat", "workers", "ppl_windows")
-        whole += ("ppl_window_chars",)
+        whole += ("ppl_window_chars", "confirm_top", "confirm_records")
         optional_whole = ("trials", "threads", "k", "max_records")
         real = ("s_min", "s_max", "margin", "worst_weight", "race_z")
         optional_real = ("timeout", "budget", "max_step", "max_ppl_increase")
         for name in whole + optional_whole:
-            value = getattr(self, name)
-            if value is None and name in optional_whole:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise SearchError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+            setattr(self, name, as_int(getattr(self, name), name, error=SearchError, optional=name in optional_whole))
         for name in real + optional_real:
-            value = getattr(self, name)
-            if value is None and name in optional_real:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise SearchError(f"{name} must be a finite number, got {value!r}")
-        for name in ("positions", "position_weights", "uniform", "race", "layer_bounds"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, str) or not isinstance(value, list | tuple)):
-                raise SearchError(f"{name} must be a list or tuple, got {value!r}")
+            setattr(self, name, as_real(getattr(self, name), name, error=SearchError, optional=name in optional_real))
+        for name, read in (("positions", as_ints), ("position_weights", as_reals), ("uniform", as_reals)):
+            if getattr(self, name) is not None:
+                setattr(self, name, tuple(read(getattr(self, name), name, error=SearchError)))
+        self.race = tuple(as_reals(self.race, "race", error=SearchError, finite=False))  # stage_ends names the range
+        if isinstance(self.layer_bounds, str) or not isinstance(self.layer_bounds, list | tuple):
+            raise SearchError(f"layer_bounds must be a list or tuple, got {self.layer_bounds!r}")
 
 
 _DTYPES = {"auto": None, "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}

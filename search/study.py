@@ -16,7 +16,10 @@
    ``--study``. Each worker has its own seeded sampler (``settings.sampler``, :mod:`search.samplers`; seed from
    ``seed``, the worker's index and the number of trials already in the study). A heartbeat marks the trial of a killed worker as failed once it is
    ``2 * heartbeat`` seconds stale, and its parameters are enqueued again.
-4. **Outputs** (``out``): the chosen adapter (``adapter/``, a standard LRS adapter with its provenance), the
+4. **Confirmation** (:mod:`search.confirm`): the best ``confirm_top`` searched curves and uniform factors on the
+   search set are re-scored on fresh confirmation records; the adapter and the best uniform factor are chosen
+   there, and each candidate's selection gap is reported. Its scores are kept in the study (not scored again).
+5. **Outputs** (``out``): the chosen adapter (``adapter/``, a standard LRS adapter with its provenance), the
    held-out comparison of the unscaled model, the best uniform factor and the found factors, ``search_report.json``,
    ``search_report.md``, ``pareto.png``, ``factors.png`` and ``positions.png``.
 """
@@ -38,6 +41,7 @@ import optuna
 from rope_adapter.provenance import Provenance
 
 from . import report as report_mod
+from .confirm import run_confirmation
 from .data import load_split, perplexity_text_path
 from .holdout import add_holdout
 from .interrupts import storage_safe_interrupts
@@ -218,6 +222,15 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
     with _quiet_optuna():
         study = optuna.load_study(study_name=settings.study, storage=storage)
         trials = study.get_trials(deepcopy=False)
+    spec_records = [report_mod.trial_record(t) for t in trials]
+    found, uniform, _ = report_mod.choose(spec_records, spec, settings.select)
+    with storage_errors(shown_url, during_search=True):
+        confirmation = run_confirmation(
+            study,
+            trials,
+            worker,
+            (None if found is None else found["number"], None if uniform is None else uniform["number"]),
+        )
     report = report_mod.build_report(
         settings=settings,
         worker=worker,
@@ -227,6 +240,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         sampler_seed=run_info.get("seed"),
         search_seconds=search_seconds,
         trials_this_run=run_info.get("ran", 0),
+        confirmation=confirmation,
     )
     adapter_dir = None
     chosen = report.get("chosen")

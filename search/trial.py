@@ -282,10 +282,17 @@ class _BudgetStop:
     one, and the held-out step scores every held-out record for each configuration."""
 
     def __init__(
-        self, deadline: float, holdout_samples: int, search_samples: int, configs: int, search_records: int = 1
+        self,
+        deadline: float,
+        holdout_samples: int,
+        search_samples: int,
+        configs: int,
+        search_records: int = 1,
+        confirm_samples: int = 0,
     ) -> None:
         self.deadline = deadline
-        self.ratio = configs * holdout_samples / max(1, search_samples)
+        # the held-out step scores `configs` configurations; confirmation scores `confirm_samples` samples in all
+        self.ratio = (configs * holdout_samples + confirm_samples) / max(1, search_samples)
         self.search_records = max(1, search_records)
         self.costs: list[float] = []  # seconds of each scored trial, scaled to a full pass over the search records
 
@@ -329,6 +336,7 @@ def run_worker(
                     len(worker.search),
                     configs,
                     worker.stage_ends[-1] if worker.stage_ends else 1,
+                    0 if worker.confirm is None else 2 * settings.confirm_top * len(worker.confirm),
                 )
             )
             remaining = deadline - time.time()

@@ -24,7 +24,7 @@ from rope_adapter.scoring.tasks import PerplexityTask, Task, apply_chat_template
 from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
 from rope_adapter.scoring.variants import quiet_peft
 
-from .data import load_split, perplexity_text_path
+from .data import load_confirmation, load_split, perplexity_text_path
 from .objective import (
     Evaluator,
     FactorConstraints,
@@ -102,6 +102,7 @@ class Worker:
     stages: list[Any] = field(default_factory=list)  # racing: the search records in stages (TokenizedTasks)
     stage_ends: list[int] = field(default_factory=list)  # records scored after each stage
     sample_records: list[int] = field(default_factory=list)  # record index (0..) of each search sample
+    confirm: Any | None = None  # TokenizedTask of the confirmation records (main worker, confirm_top > 0)
 
     @property
     def num_layers(self) -> int:
@@ -174,6 +175,14 @@ def make_worker(
         holdout = prepare(
             task.build_samples(holdout_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
         )
+    confirm = None
+    confirm_records = load_confirmation(settings) if with_holdout else []
+    if confirm_records:
+        confirm = prepare(
+            task.build_samples(confirm_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
+        )
+        if settings.score == "logprob":  # scored as the search set is
+            confirm = truncate_targets(confirm, settings.k)
     ppl = None
     ppl_path = perplexity_text_path(settings)
     if ppl_path is not None:
@@ -209,6 +218,7 @@ def make_worker(
         stages=stages,
         stage_ends=ends,
         sample_records=sample_records,
+        confirm=confirm,
     )
 
 
@@ -231,7 +241,7 @@ def check_prompt_lengths(
     if not limit:
         return
     task, search, holdout = split if split is not None else load_split(settings)
-    samples = task.build_samples(search + holdout)
+    samples = task.build_samples(search + holdout + load_confirmation(settings))
     if settings.chat_template:
         try:
             samples = apply_chat_template(samples, tokenizer)

@@ -73,7 +73,7 @@ def _key_value(text: str) -> tuple[str, Any]:
 GROUPS: dict[str, tuple[str, ...]] = {
     "model": ("model", "tokenizer", "device", "dtype", "device_map", "batch_size", "max_batch_tokens", "threads"),
     "task": ("task", "data", "pairs", "positions", "num_positions", "task_options", "search_records")
-    + ("holdout_records", "data_seed", "chat_template"),
+    + ("holdout_records", "confirm_top", "confirm_records", "data_seed", "chat_template"),
     "objective": ("score", "k", "objective", "position_weights", "worst_weight", "select"),
     "search space and constraints": (
         "degree",
@@ -121,6 +121,8 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     "storage": {"metavar": "URL"},
     "study": {"metavar": "NAME"},
     "max_records": {"metavar": "N"},
+    "confirm_top": {"metavar": "K"},
+    "confirm_records": {"metavar": "N"},
     "out": {"type": output_path},
 }
 """Flags that need more than their field's type: aliases, choices, parsers, metavars."""

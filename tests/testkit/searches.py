@@ -30,6 +30,7 @@ def small(out: Path, model_dir: Path, **overrides) -> SearchSettings:
         out=str(out),
         progress=False,
         heartbeat=10,  # stale only after 20 s: a busy CI machine must not make a running trial look dead
+        confirm_records=4,  # confirmation on a few records: fast, and it still runs in every small search
     )
     kw.update(overrides)
     return SearchSettings(**kw)
@@ -43,6 +44,7 @@ def cli_args(settings: SearchSettings) -> list[str]:
         "--trials", str(settings.trials), "--population", str(settings.population), "--s-max", str(settings.s_max),
         "--device", "cpu", "--out", settings.out, "--heartbeat", str(settings.heartbeat), "--no-progress",
         "--workers", str(settings.workers), "--study", settings.study,
+        "--confirm-top", str(settings.confirm_top), "--confirm-records", str(settings.confirm_records),
     ]  # fmt: skip
     if settings.sampler:
         args += ["--sampler", settings.sampler]

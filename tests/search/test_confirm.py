@@ -1,0 +1,134 @@
+"""Confirm before choosing: the top curves are re-scored on confirmation records (disjoint from the search and
+held-out ones), the adapter and the best uniform factor are chosen there, and a resumed study does not score them
+again. Tiny random model; the records are generated or a small Lost-in-the-Middle-style file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+from testkit.searches import small
+
+from rope_adapter.search import SearchError, run_search
+from rope_adapter.search import study as study_mod
+from rope_adapter.search.confirm import candidates, run_confirmation
+from rope_adapter.search.data import load_confirmation, load_split
+from rope_adapter.search.report import trial_record
+
+
+def _ids(records) -> list[str]:
+    return [r.record_id for r in records]
+
+
+@pytest.mark.parametrize("from_file", [False, True])
+def test_confirmation_records_are_disjoint_and_leave_the_split_alone(tmp_path, model_dir, from_file):
+    """Search, held-out and confirmation records are three disjoint sets of one seeded draw; turning confirmation
+    on changes neither the search nor the held-out records."""
+    overrides = {"search_records": 5, "holdout_records": 4, "confirm_records": 6}
+    if from_file:
+        rng = np.random.default_rng(0)
+        path = tmp_path / "kv.jsonl"
+        rows = [
+            {"ordered_kv_records": [[f"k{i}-{j}-{rng.integers(1e9)}", f"v{i}-{j}"] for j in range(3)], "key": "", "value": ""}
+            for i in range(20)
+        ]  # fmt: skip
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        overrides["data"] = str(path)
+    on = small(tmp_path / "out", model_dir, **overrides)
+    off = replace(on, confirm_top=0)
+    _, search, holdout = load_split(on)
+    _, search_off, holdout_off = load_split(off)
+    confirm = load_confirmation(on)
+    assert _ids(search) == _ids(search_off) and _ids(holdout) == _ids(holdout_off)
+    assert len(confirm) == 6 and load_confirmation(off) == []
+    sets = [set(_ids(search)), set(_ids(holdout)), set(_ids(confirm))]
+    assert sum(len(s) for s in sets) == len(set().union(*sets)) == 15
+    assert _ids(load_confirmation(on)) == _ids(confirm)  # the same draw every time
+    if from_file:
+        with pytest.raises(SearchError, match="20 records available but 5 search \\+ 4 held-out \\+ 16 confirmation"):
+            load_split(replace(on, confirm_records=16))
+
+
+def test_bad_confirmation_settings_are_refused(tmp_path, model_dir):
+    with pytest.raises(SearchError, match="confirm_top must be >= 0"):
+        small(tmp_path, model_dir, confirm_top=-1)
+    with pytest.raises(SearchError, match="confirm_records must be >= 1 when confirm_top is 3"):
+        small(tmp_path, model_dir, confirm_records=0)
+    with pytest.raises(SearchError, match="confirm_records must be an integer"):
+        small(tmp_path, model_dir, confirm_records=2.5)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory, model_dir):
+    """A finished tiny search without confirmation (the search set's choice) and its settings."""
+    settings = small(tmp_path_factory.mktemp("confirm"), model_dir, trials=12, confirm_top=0)
+    return settings, run_search(settings)
+
+
+def test_confirmation_chooses_on_its_own_records_and_resumes_without_rescoring(searched, monkeypatch):
+    """A confirmation score that ranks the third search-set candidate first makes it the adapter (and the search
+    set's choice is reported beside it); running the finished study again reads the stored scores back."""
+    settings, first = searched
+    spec = settings.objective_spec()
+    records = first.report["trials"]
+    top = candidates(records, spec, settings.select, 3)
+    assert len(top["searched"]) == 3 and len(top["uniform"]) >= 2
+    assert first.chosen_trial == top["searched"][0]["number"]  # without confirmation: the search-set best
+    favourite = {"searched": top["searched"][2]["factors"], "uniform": top["uniform"][1]["factors"]}
+    calls: list[list[float]] = []
+
+    def score(factors):  # 1 for the favourites, 0 for the rest: the confirmation ranking differs from the search's
+        calls.append(list(factors))
+        return np.full(6, 1.0 if list(factors) in favourite.values() else 0.0)
+
+    real = study_mod.run_confirmation
+    monkeypatch.setattr(study_mod, "run_confirmation", lambda *a, **k: real(*a, **k, score=score))
+    confirmed = replace(settings, confirm_top=3, confirm_records=2, trials=0)
+    result = run_search(confirmed)
+    report = result.report
+    confirmation = report["confirmation"]
+    assert len(calls) == len(top["searched"]) + len(top["uniform"][:3])
+    assert confirmation["found"] == top["searched"][2]["number"] != confirmation["search_found"] == first.chosen_trial
+    assert confirmation["best_uniform"] == top["uniform"][1]["number"]
+    assert result.chosen_trial == top["searched"][2]["number"]
+    assert result.factors == favourite["searched"]
+    assert report["baselines"]["best_uniform"]["trial"] == top["uniform"][1]["number"]
+    assert report["holdout"]["configs"]["found"]["trial"] == top["searched"][2]["number"]
+    assert report["holdout"]["configs"]["best_uniform"]["uniform"] == top["uniform"][1]["uniform"]
+    saved = json.loads((Path(settings.out) / "adapter" / "adapter_config.json").read_text())
+    assert saved["factors"] == pytest.approx(favourite["searched"])
+    for c in confirmation["candidates"]:
+        assert c["scored_this_run"]
+        assert c["confirmation"]["mean"] == (1.0 if c["factors"] in favourite.values() else 0.0)
+        assert c["gap"]["mean"] == pytest.approx(c["search"]["mean"] - c["confirmation"]["mean"])
+    summary = (Path(settings.out) / "search_report.md").read_text()
+    assert f"adapter trial {confirmation['found']} (the search set chose trial {first.chosen_trial})" in summary
+
+    calls.clear()
+    again = run_search(confirmed).report["confirmation"]
+    assert calls == []  # resumed: every score read back from the study
+    assert not any(c["scored_this_run"] for c in again["candidates"])
+    assert again["found"] == confirmation["found"] and again["best_uniform"] == confirmation["best_uniform"]
+
+
+def test_confirmation_scores_with_the_model(searched):
+    """Without a stand-in: candidates scored by the worker on the confirmation records, stored in the study."""
+    settings, first = searched
+    confirmed = replace(settings, confirm_top=2, confirm_records=3)
+    worker = study_mod.make_worker(confirmed, 0)
+    assert len({s.record_id for s in worker.confirm.samples}) == 3
+    assert not {s.record_id for s in worker.confirm.samples} & {s.record_id for s in worker.search.samples}
+    study = optuna.load_study(study_name=settings.study, storage=settings.storage_url())
+    trials = study.get_trials()
+    confirmation = run_confirmation(study, trials, worker, (first.chosen_trial, None))
+    top = candidates([trial_record(t) for t in trials], settings.objective_spec(), settings.select, 2)
+    assert [c["trial"] for c in confirmation["candidates"]] == [r["number"] for r in top["searched"] + top["uniform"]]
+    expected = worker.evaluator.score(top["searched"][0]["factors"], worker.confirm).by_position
+    got = confirmation["candidates"][0]["by_position"]
+    assert got == pytest.approx({str(p): v for p, v in expected.items()}, abs=1e-6)  # stored to 6 decimals
+    stored = optuna.load_study(study_name=settings.study, storage=settings.storage_url()).user_attrs
+    assert f"confirmation:3:{top['searched'][0]['number']}" in stored
