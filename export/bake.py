@@ -404,7 +404,7 @@ def export_model(
         raise TypeError("export_model() needs out=, the folder to write")
     if (why := blank_path_reason(out, "out")) is not None:
         raise ExportError(why)
-    max_shard_size = check_export_options(atol, max_shard_size)
+    atol, max_shard_size, probe_length = check_export_options(atol, max_shard_size, probe_length)
     out = Path(out).expanduser().absolute()
     if isinstance(model_or_path, PeftModel):
         source = _from_peft_model(model_or_path, None if adapter is None else str(adapter), out, overwrite)

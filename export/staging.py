@@ -21,10 +21,12 @@ import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub.serialization._base import parse_size_to_int
 
 from rope_adapter.errors import LrsError
+from rope_adapter.numbers import as_int, as_real
 
 
 class ExportError(LrsError):
@@ -109,26 +111,35 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def check_export_options(atol: float | None, max_shard_size: int | str | None) -> int | str | None:
-    """Refuse a negative or NaN tolerance and a shard size save_pretrained cannot read, before any work; returns
-    the shard size as save_pretrained takes it (a digits-only string becomes a number of bytes)."""
-    if atol is not None and (isinstance(atol, bool) or not isinstance(atol, int | float) or not atol >= 0):
-        raise ExportError(f"--atol must be a number >= 0 (the largest logit difference accepted), got {atol!r}")
+def check_export_options(
+    atol: Any, max_shard_size: Any, probe_length: Any = 64
+) -> tuple[float | None, int | str | None, int]:
+    """Refuse a negative or NaN tolerance, a shard size save_pretrained cannot read and a probe of no tokens,
+    before any work; returns them as the export uses them (numbers of any type as Python numbers, a
+    digits-only shard size as a number of bytes)."""
+    atol = as_real(
+        atol, "--atol", error=ExportError, low=0, optional=True, finite=False,
+        hint=" (the largest logit difference accepted)",
+    )  # fmt: skip
     if atol is not None and not math.isfinite(atol):
         raise ExportError(f"--atol must be finite, got {atol!r}: use --no-verify to skip the check")
+    probe_length = as_int(probe_length, "probe_length", error=ExportError, low=1)
     if max_shard_size is None:
-        return None
+        return atol, None, probe_length  # type: ignore[return-value]
     if isinstance(max_shard_size, str) and max_shard_size.strip().isdigit():
         max_shard_size = int(max_shard_size)
-    try:
-        size = parse_size_to_int(max_shard_size) if isinstance(max_shard_size, str) else int(max_shard_size)
-    except (ValueError, TypeError) as exc:
-        raise ExportError(
-            f"--max-shard-size {max_shard_size!r} is not a size: give a number of bytes or e.g. 500MB, 5GB"
-        ) from exc
+    if isinstance(max_shard_size, str):
+        try:
+            size = parse_size_to_int(max_shard_size)
+        except (ValueError, TypeError) as exc:
+            raise ExportError(
+                f"--max-shard-size {max_shard_size!r} is not a size: give a number of bytes or e.g. 500MB, 5GB"
+            ) from exc
+    else:
+        size = max_shard_size = as_int(max_shard_size, "--max-shard-size", error=ExportError)
     if size <= 0:
         raise ExportError(f"--max-shard-size must be > 0, got {max_shard_size!r}")
-    return max_shard_size
+    return atol, max_shard_size, probe_length  # type: ignore[return-value]
 
 
 def publish(tmp: Path, out: Path, overwrite: bool) -> None:

@@ -54,22 +54,23 @@ def is_scalar(value: Any) -> bool:
     return isinstance(value, numbers.Number | Decimal | np.generic) and not isinstance(value, _TEXT)
 
 
-def _scalar(value: Any, name: str, error: type[Exception]) -> int | float | Fraction | Decimal:
-    """One number as a Python int, float, Fraction or Decimal (still unchecked for range or finiteness)."""
+def _scalar(value: Any, name: str, error: type[Exception], what: str = "a number") -> int | float | Fraction | Decimal:
+    """One number as a Python int, float, Fraction or Decimal (still unchecked for range or finiteness); ``what``
+    is how a refusal names what was expected (``"an integer"``)."""
     if isinstance(value, torch.Tensor):
         if value.ndim != 0:
-            raise error(f"{name} must be one number, got {_kind(value)}")
+            raise error(f"{name} must be {what}, got {_kind(value)}")
         if value.dtype == torch.bool or value.is_complex():
             raise error(f"{name} must be a real number, got {_kind(value)}")
         value = value.detach().cpu().item()
     elif isinstance(value, np.ndarray):
         if value.ndim != 0:
-            raise error(f"{name} must be one number, got {_kind(value)}")
+            raise error(f"{name} must be {what}, got {_kind(value)}")
         if value.dtype.kind not in "iufO":
             raise error(f"{name} must be a real number, got {_kind(value)}")
         value = value.item()
     if _is_bool(value):
-        raise error(f"{name} must be a number, not a boolean ({value!r})")
+        raise error(f"{name} must be {what}, not a boolean ({value!r})")
     if isinstance(value, np.generic):
         if value.dtype.kind not in "iuf":
             raise error(f"{name} must be a real number, got {_kind(value)}")
@@ -84,12 +85,10 @@ def _scalar(value: Any, name: str, error: type[Exception]) -> int | float | Frac
         try:
             return float(value)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise error(f"{name} must be a number, got {_kind(value)}: {exc}") from None
-    if isinstance(value, _TEXT):
-        raise error(f"{name} must be a number, got the text {value!r:.60}")
+            raise error(f"{name} must be {what}, got {_kind(value)}: {exc}") from None
     if isinstance(value, numbers.Complex):
         raise error(f"{name} must be a real number, got {_kind(value)}")
-    raise error(f"{name} must be a number, got {_kind(value)}")
+    raise error(f"{name} must be {what}, got {_kind(value)}")
 
 
 def _finite(value: int | float | Fraction | Decimal) -> bool:
@@ -111,8 +110,8 @@ def _check_range(
     value: Any, shown: Any, name: str, error: type[Exception], kind: str, low: Any, high: Any, low_open: bool,
     high_open: bool, hint: str,
 ) -> None:  # fmt: skip
-    too_low = low is not None and (value <= low if low_open else value < low)
-    too_high = high is not None and (value >= high if high_open else value > high)
+    too_low = low is not None and not (value > low if low_open else value >= low)  # NaN is out of any range
+    too_high = high is not None and not (value < high if high_open else value <= high)
     if too_low or too_high:
         raise error(f"{name} must be {kind} {_bounds_text(low, high, low_open, high_open)}, got {shown}{hint}")
 
@@ -131,7 +130,7 @@ def as_real(
     hint: str = "",
 ) -> float | None:
     """``value`` as a Python float: any real number type; ``low``/``high`` bound it (``low_open``: ``> low``);
-    ``finite=False`` lets NaN and infinities through; ``optional``: None stays None. ``hint`` ends the message
+    ``finite=False`` lets NaN and infinities through (NaN only when there is no bound); ``optional``: None stays None. ``hint`` ends the message
     (``"; e.g. 1e-4"``). Anything else raises ``error`` naming ``name``."""
     if value is None and optional:
         return None
@@ -142,8 +141,6 @@ def as_real(
         raise error(f"{name} must be a finite number, got {_kind(value)}{hint}") from None
     if finite and not (_finite(number) and math.isfinite(result)):
         raise error(f"{name} must be a finite number, got {_kind(value)}{hint}")
-    if math.isnan(result):
-        return result
     _check_range(result, f"{result:g}", name, error, "a number", low, high, low_open, high_open, hint)
     return result
 
@@ -162,18 +159,18 @@ def as_int(
     2)``); ``2.7`` is refused, never truncated. ``low``/``high`` bound it; ``optional``: None stays None."""
     if value is None and optional:
         return None
-    number = _scalar(value, name, error)
+    number = _scalar(value, name, error, "an integer")
     if isinstance(number, int):
         result = number
     else:
         if not _finite(number) or (isinstance(number, float) and not math.isfinite(number)):
-            raise error(f"{name} must be a whole number, got {_kind(value)}{hint}")
+            raise error(f"{name} must be an integer, got {_kind(value)}{hint}")
         try:
             whole = number == int(number)
         except (OverflowError, ValueError, InvalidOperation):
             whole = False
         if not whole:
-            raise error(f"{name} must be a whole number, got {_kind(value)} (it is never rounded){hint}")
+            raise error(f"{name} must be an integer, got {_kind(value)} (it is never rounded){hint}")
         result = int(number)
     _check_range(result, result, name, error, "an integer", low, high, False, False, hint)
     return result
@@ -262,7 +259,7 @@ def cli_int(text: str) -> int:
     try:
         return as_int(parse_number(text), "the value", error=argparse.ArgumentTypeError)  # type: ignore[return-value]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
 def cli_float(text: str) -> float:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
+from rope_adapter.numbers import cli_int
 from rope_adapter.writable import blank_path_reason
 
 SUBCOMMANDS = ["info", "demo", "search", "export", "card", "push", "eval", "analyze"]
@@ -45,8 +46,8 @@ class IntListAction(argparse.Action):
                 if not part.strip():
                     continue
                 try:
-                    out.append(int(part))
-                except ValueError:
+                    out.append(cli_int(part))
+                except argparse.ArgumentTypeError:
                     parser.error(f"{option_string}: expected integers (0 4 9 or 0,4,9), got {part!r}")
         if not out:
             parser.error(f"{option_string}: give at least one integer")

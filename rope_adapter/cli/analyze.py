@@ -19,12 +19,13 @@ from pathlib import Path
 from rope_adapter.cli import output_path
 from rope_adapter.cli.eval import add_model_arguments, add_task_arguments
 from rope_adapter.evaluate.analyze import AnalyzeSettings, run_analysis
+from rope_adapter.numbers import cli_float, cli_int
 
 
 def _float_list(text: str) -> list[float]:
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
+        values = [cli_float(x) for x in text.split(",") if x.strip()]
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
     if any(not v > 0 for v in values):
         raise argparse.ArgumentTypeError(f"factors must be > 0, got {text!r}")
@@ -57,12 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     g = p.add_argument_group("decay bound")
     g.add_argument("--factors", type=_float_list, default=[1.25, 2.0], help="factors to draw besides 1 (base)")
-    g.add_argument("--max-distance", type=int, help="largest relative distance (default: the model's positions)")
-    g.add_argument("--head-dim", type=int, help="rotated channels per head (default: from the model config)")
-    g.add_argument("--theta", type=float, help="RoPE base (default: from the model config)")
+    g.add_argument("--max-distance", type=cli_int, help="largest relative distance (default: the model's positions)")
+    g.add_argument("--head-dim", type=cli_int, help="rotated channels per head (default: from the model config)")
+    g.add_argument("--theta", type=cli_float, help="RoPE base (default: from the model config)")
     add_task_arguments(p, default_samples=4)
     g = p.add_argument_group("attention shares")
-    g.add_argument("--skip-first", type=int, default=1, help="leave out the first N tokens (the attention sink)")
+    g.add_argument("--skip-first", type=cli_int, default=1, help="leave out the first N tokens (the attention sink)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(run=run)
 

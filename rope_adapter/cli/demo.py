@@ -29,6 +29,7 @@ from rope_adapter.cli.search import settings_from_args
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.export.bake import check_adapter_fits
 from rope_adapter.export.card import build_card
+from rope_adapter.numbers import cli_float, cli_int
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
 from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.settings import DEFAULT_UNIFORM, SearchError
@@ -49,9 +50,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", type=output_path, default=Path("demo-report"), help="report folder (default: demo-report)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="base model (default: the embedded SmolLM2)")
-    p.add_argument("--pairs", type=int, default=10, help="key-value pairs per record (default: 10)")
-    p.add_argument("--positions", type=int, nargs="+", default=[0, 4, 9], help="gold positions (default: 0 4 9)")
-    p.add_argument("--trials", type=int, default=24, help="search trials (default: 24)")
+    p.add_argument("--pairs", type=cli_int, default=10, help="key-value pairs per record (default: 10)")
+    p.add_argument("--positions", type=cli_int, nargs="+", default=[0, 4, 9], help="gold positions (default: 0 4 9)")
+    p.add_argument("--trials", type=cli_int, default=24, help="search trials (default: 24)")
     p.add_argument(
         "--sampler",
         choices=list(SAMPLERS),
@@ -59,18 +60,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="the search's Optuna sampler (default: search's own, gp for a new study; see rope-adapter search --help)",
     )
     p.add_argument(
-        "--population", type=int, default=8, help="NSGA-II population per generation, with --sampler nsga2 (default: 8)"
+        "--population",
+        type=cli_int,
+        default=8,
+        help="NSGA-II population per generation, with --sampler nsga2 (default: 8)",
     )
     p.add_argument(
         "--s-min",
-        type=float,
+        type=cli_float,
         default=0.9,
         help="smallest factor (default 0.9: a small budget needs a narrow range; prompts here are far inside "
         "SmolLM2's 8k trained context, where large factors only hurt)",
     )
-    p.add_argument("--s-max", type=float, default=1.2, help="largest factor (default: 1.2)")
-    p.add_argument("--search-records", type=int, default=4, help="records scored by every trial (default: 4)")
-    p.add_argument("--eval-records", type=int, default=8, help="records per evaluation (default: 8)")
+    p.add_argument("--s-max", type=cli_float, default=1.2, help="largest factor (default: 1.2)")
+    p.add_argument("--search-records", type=cli_int, default=4, help="records scored by every trial (default: 4)")
+    p.add_argument("--eval-records", type=cli_int, default=8, help="records per evaluation (default: 8)")
     p.add_argument("--overwrite", action="store_true", help="replace OUT/4-exported when it exists (refused otherwise)")
     p.set_defaults(run=run)
 

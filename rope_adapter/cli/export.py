@@ -10,6 +10,7 @@ import torch
 
 from rope_adapter.cli import output_path
 from rope_adapter.export import export_model
+from rope_adapter.numbers import cli_float
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -32,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the fresh-process logits check")
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="dtype to load and save the weights in")
     p.add_argument("--max-shard-size", default=None, help="largest weight file, e.g. 5GB (save_pretrained's)")
-    p.add_argument("--atol", type=float, default=None, help="largest logit difference the check accepts")
+    p.add_argument("--atol", type=cli_float, default=None, help="largest logit difference the check accepts")
     p.set_defaults(run=run)
 
 

@@ -25,6 +25,7 @@ from dataclasses import MISSING, Field, fields
 from typing import Any
 
 from rope_adapter.cli import IntListAction, output_path
+from rope_adapter.numbers import cli_float, cli_int
 
 FLAG_KEYS = ("flags", "dest", "type", "action", "nargs", "const", "default", "choices", "metavar", "suffix")
 """Field metadata that shapes a flag (besides ``help``, ``group`` and ``cli``)."""
@@ -85,7 +86,7 @@ def _typed_kwargs(f: Field) -> tuple[tuple[str, ...], dict[str, Any]]:
     if element == "int":
         kwargs["action"] = IntListAction
     elif kind in ("int", "float"):
-        kwargs["type"] = int if kind == "int" else float
+        kwargs["type"] = cli_int if kind == "int" else cli_float
     elif "Path" in base.split("|"):
         kwargs["type"] = output_path
     return (flag,), kwargs

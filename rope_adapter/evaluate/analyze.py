@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.numbers import as_int, as_real, as_reals
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.tasks import position_tasks
 from rope_adapter.scoring.variants import Variant, build_variant, check_variants, parse_variant
@@ -61,6 +62,13 @@ class AnalyzeSettings(SampleSettings):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self.factors = as_reals(self.factors, "--factors", error=EvalError)
+        for name in ("max_distance", "head_dim"):
+            setattr(
+                self, name, as_int(getattr(self, name), f"--{name.replace('_', '-')}", error=EvalError, optional=True)
+            )
+        self.skip_first = as_int(self.skip_first, "--skip-first", error=EvalError)
+        self.theta = as_real(self.theta, "--theta (the RoPE base)", error=EvalError, optional=True, finite=False)
         if not self.parts or any(x not in PARTS for x in self.parts):
             raise EvalError(f"--what takes a comma-separated list of {', '.join(PARTS)}, got {self.what!r}")
         if self.adapter and self.variant:

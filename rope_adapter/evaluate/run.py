@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter import InvalidFactorsError, validate_factors
+from rope_adapter.numbers import as_int, as_ints
 from rope_adapter.scoring.loading import EvalError, load_model_config, resolve_device
 from rope_adapter.scoring.metrics import METRICS
 from rope_adapter.scoring.tasks import available_tasks, canonical_task_name, position_tasks
@@ -130,9 +131,14 @@ class SampleSettings:
             raise EvalError(why)
         self.out = Path(self.out)
         self.task_args = dict(self.task_args or {})
-        _check_count("num_samples", self.num_samples)
-        if self.num_positions is not None:
-            _check_count("num_positions", self.num_positions)
+        self.num_samples = _check_count("num_samples", self.num_samples)
+        self.num_positions = _check_count("num_positions", self.num_positions, optional=True)
+        self.held_out_after = _check_count("held_out_after", self.held_out_after, low=0)
+        self.seed = as_int(self.seed, "--seed", error=EvalError)
+        for name in ("num_pairs", "num_filler", "num_documents"):  # the task checks the range and names the flag
+            setattr(self, name, as_int(getattr(self, name), _flag(name), error=EvalError, optional=True))
+        if self.positions is not None:
+            self.positions = as_ints(self.positions, "--positions", error=EvalError)
         if self.chat_template not in CHAT_CHOICES:
             raise EvalError(f"chat_template must be one of {', '.join(CHAT_CHOICES)}, got {self.chat_template!r}")
 
@@ -187,10 +193,9 @@ class EvalSettings(SampleSettings):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("batch_size", "chunk_tokens", "num_windows"):
-            _check_count(name, getattr(self, name))
+            setattr(self, name, _check_count(name, getattr(self, name)))
         for name in ("max_batch_tokens", "logprob_tokens", "max_new_tokens", "stride"):
-            if getattr(self, name) is not None:
-                _check_count(name, getattr(self, name))
+            setattr(self, name, _check_count(name, getattr(self, name), optional=True))
         if self.variants is not None and not self.variants.replace(",", "").strip():
             raise EvalError("--variants is empty: give e.g. base,uniform:1.1,adapter:PATH (or leave it out for base)")
         if self.variants and self.adapter:
@@ -245,9 +250,17 @@ def _task_flag(cls: type, option: str) -> str:
     return option
 
 
-def _check_count(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise EvalError(f"--{name.replace('_', '-')} must be >= 1 (EvalSettings.{name}), got {value!r}")
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_count(name: str, value: Any, *, low: int = 1, optional: bool = False) -> int | None:
+    """A count setting as a Python int (any integer type, or a whole float), or one EvalError naming the flag."""
+    try:
+        return as_int(value, _flag(name), error=EvalError, low=low, optional=optional)
+    except EvalError as exc:
+        detail = "" if isinstance(value, int) and not isinstance(value, bool) else f": {str(exc).split(', got ')[0]}"
+        raise EvalError(f"{_flag(name)} must be >= {low} (EvalSettings.{name}), got {value!r}{detail}") from None
 
 
 def checked_device(name: str) -> Any:

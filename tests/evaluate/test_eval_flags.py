@@ -96,7 +96,7 @@ def test_command_lines_give_the_settings(argv, expected):
         (["--dtype", "x"], "argument --dtype: invalid choice: 'x'"),
         (["--chat-template", "maybe"], "argument --chat-template: invalid choice: 'maybe'"),
         (["--out", ""], "argument --out: the path is empty"),
-        (["--num-samples", "x"], "argument --num-samples: invalid int value: 'x'"),
+        (["--num-samples", "x"], "argument --num-samples: expected an integer, got 'x'"),
     ],
 )
 def test_bad_flags_are_argparse_errors(argv, message, capsys):
