@@ -393,7 +393,7 @@ def export_model(
         dtype: dtype to load a base model given by path (default: the checkpoint's).
         tokenizer: a tokenizer to save into the folder, when the base model's folder has none to copy.
         max_shard_size: passed to ``save_pretrained``.
-        atol: verification tolerance on the logits (see :func:`verify_export`).
+        atol: verification tolerance on the logits (see `rope_adapter.export.verify_export`).
         probe_length: tokens in the verification's probe input.
 
     Uniform factors on a default/linear-RoPE model (or factors constant per layer type on a Gemma3-style model)

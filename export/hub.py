@@ -161,7 +161,7 @@ def push_folder(
 ) -> str:
     """Publish an LRS adapter folder or exported model folder to ``repo_id``; returns the absolute commit URL.
 
-    The folder's README.md is (re)generated from its files (:func:`rope_adapter.export.card.build_card`) and
+    The folder's README.md is (re)generated from its files (`rope_adapter.export.card.build_card`) and
     uploaded in the same commit; the folder itself is not changed. The repo is created if missing
     (``private`` applies only then); a ``revision`` names a branch, created from main if missing. A
     ``repo_id`` without a namespace goes to the token's user.

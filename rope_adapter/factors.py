@@ -99,13 +99,6 @@ def double_inv_freq(inv_freq: torch.Tensor, layout: str = "half") -> torch.Tenso
     raise ValueError(f"unknown rotary layout {layout!r}; known: {', '.join(LAYOUTS)}")
 
 
-def scaled_inv_freqs(inv_freq: torch.Tensor, factors: torch.Tensor, layout: str = "half") -> torch.Tensor:
-    """``inv_freq / s_l`` for every layer at once, each row doubled like the rotary embedding's channels:
-    shape ``[num_layers, 2 * len(inv_freq)]`` (frequencies, not cos/sin tables; a few KB)."""
-    scaled = inv_freq.to(device=factors.device, dtype=torch.float)[None, :] / factors[:, None]
-    return double_inv_freq(scaled, layout)
-
-
 def cos_sin(
     positions: torch.Tensor, doubled_inv_freq: torch.Tensor, attention_scaling: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,9 +1,9 @@
 """The tuner layer: wraps the model's rotary module and hands each decoder layer its own (cos, sin).
 
 The wrapped rotary module runs as before (once per forward, per layer type) and its output reaches the decoder
-layers tagged with what they need to rotate with their own factor. A forward pre-hook on each decoder layer
-(:class:`LayerHook`) replaces ``position_embeddings`` with the layer's ``(cos, sin)``, computed when the layer runs
-and released after it, so at no time is more than one extra table alive.
+layers carrying every layer's own pair (see :mod:`.tables` for how they are shared, batched and bounded in
+memory). A forward pre-hook on each decoder layer (:class:`LayerHook`) replaces ``position_embeddings`` with the
+layer's pair.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 from .architectures import rope_state
-from .factors import cos_sin, scaled_inv_freqs
+from .tables import FactorPlan, LrsPositionEmbeddings, layer_tables, make_plan
 
 
 class Float32BufferDict(BufferDict):
@@ -38,28 +38,6 @@ class Float32BufferDict(BufferDict):
         return self
 
 
-class LrsPositionEmbeddings(tuple):
-    """``(cos, sin)`` of the base rotary, tagged with what a layer needs to compute its own pair: the float
-    positions and every layer's scaled frequencies ``inv_freq / s_l`` (``[num_layers, rotary_dim]``, a few KB)."""
-
-    positions: torch.Tensor
-    layer_inv_freqs: torch.Tensor
-    attention_scaling: float
-
-    def __new__(
-        cls,
-        base: tuple[torch.Tensor, torch.Tensor],
-        positions: torch.Tensor,
-        layer_inv_freqs: torch.Tensor,
-        attention_scaling: float,
-    ) -> LrsPositionEmbeddings:
-        obj = super().__new__(cls, base)
-        obj.positions = positions
-        obj.layer_inv_freqs = layer_inv_freqs
-        obj.attention_scaling = attention_scaling
-        return obj
-
-
 class LayerHook:
     """Forward pre-hook of decoder layer ``layer_idx``; stateless, so deepcopy and pickling keep working."""
 
@@ -70,8 +48,7 @@ class LayerHook:
         pe = kwargs.get("position_embeddings")
         if not isinstance(pe, LrsPositionEmbeddings):
             return None
-        cos, sin = cos_sin(pe.positions, pe.layer_inv_freqs[self.layer_idx], pe.attention_scaling, pe[0].dtype)
-        kwargs["position_embeddings"] = (cos, sin)
+        kwargs["position_embeddings"] = pe.for_layer(self.layer_idx)
         return args, kwargs
 
 
@@ -100,10 +77,19 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
     adapter_layer_names: tuple[str, ...] = ()
     other_param_names: tuple[str, ...] = ("lrs_factors",)
 
-    def __init__(self, base_layer: nn.Module, adapter_name: str, factors: list[float], layout: str = "half") -> None:
+    def __init__(
+        self,
+        base_layer: nn.Module,
+        adapter_name: str,
+        factors: list[float],
+        layout: str = "half",
+        layer_types: list[str] | None = None,
+    ) -> None:
         super().__init__()
         self.base_layer = base_layer
         self.layout = layout  # channel layout of the base rotary's (cos, sin), see factors.double_inv_freq
+        self.layer_types = layer_types  # per-layer rotary type (Gemma3), else None
+        self._lrs_plans: dict[str | None, FactorPlan] = {}  # per layer type; stale once the factors change
         self.lrs_factors = Float32BufferDict()
         self.merged_adapters = []
         self._disable_adapters = False
@@ -122,14 +108,15 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
     def _active_factors(self) -> torch.Tensor | None:
         if self.disable_adapters:
             return None
-        active = [name for name in self.active_adapters if name in self.lrs_factors]
+        stored = self.lrs_factors._buffers  # runs every forward: the dict itself, not BufferDict's lookups
+        active = [name for name in self.active_adapters if name in stored]
         if not active:
             return None
         if len(active) > 1:
             raise ValueError(
                 f"LRS applies one adapter at a time, but {active} are active: choose one with set_adapter(name)"
             )
-        return self.lrs_factors[active[0]]
+        return stored[active[0]]
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *args: Any, **kwargs: Any):
         out = self.base_layer(x, position_ids, *args, **kwargs)
@@ -138,9 +125,17 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
             return out
         layer_type = kwargs.get("layer_type", args[0] if args else None)
         inv_freq, attention_scaling = rope_state(self.base_layer, layer_type)
-        positions = position_ids[..., None].float()
-        layer_inv_freqs = scaled_inv_freqs(inv_freq, factors.to(positions.device), getattr(self, "layout", "half"))
-        return LrsPositionEmbeddings(out, positions, layer_inv_freqs, attention_scaling)
+        return layer_tables(
+            out, position_ids, inv_freq, attention_scaling, self._plan(factors, layer_type), self.layout
+        )
+
+    def _plan(self, factors: torch.Tensor, layer_type: str | None) -> FactorPlan:
+        """Which layers share which table: made once per factor tensor and in-place version (``set_factors``,
+        ``load_state_dict``), adapter (``set_adapter``) and device (``model.to`` replaces the tensor)."""
+        plan = self._lrs_plans.get(layer_type)
+        if plan is None or not plan.matches(factors):
+            plan = self._lrs_plans[layer_type] = make_plan(factors, self.layer_types, layer_type)
+        return plan
 
     def merge(self, safe_merge: bool = False, adapter_names: list[str] | None = None) -> None:
         raise NotImplementedError("LRS factors are merged by LrsModel.merge_and_unload(), not per layer")

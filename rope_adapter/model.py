@@ -107,7 +107,7 @@ class LrsModel(BaseTuner):
         else:
             # what a refused load must give back (see _rollback_adapter)
             self._lrs_requires_grad = {name: p.requires_grad for name, p in model.named_parameters()}
-            wrapper = LrsRotaryLayer(current, adapter_name, config.factors, site.layout)
+            wrapper = LrsRotaryLayer(current, adapter_name, config.factors, site.layout, site.layer_types)
             site.backbone.rotary_emb = wrapper
             install_layer_hooks(site.layers)
         if not getattr(self, "_lrs_save_check", False):  # save_pretrained reads state_dict() before writing

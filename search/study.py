@@ -136,7 +136,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
 
     Raises:
         SearchError: bad input (before any heavy work).
-        KeyboardInterrupt: Ctrl-C, raised outside storage calls (:mod:`search.interrupts`), so that the running
+        KeyboardInterrupt: Ctrl-C, raised outside storage calls (`rope_adapter.search.interrupts`), so that the running
             trial is recorded as failed (and run again on resume).
     """
     with storage_safe_interrupts():

@@ -153,8 +153,8 @@ class SampleSettings:
 class EvalSettings(SampleSettings):
     """One evaluation run; the fields are ``rope-adapter eval``'s flags (``--max-batch-tokens`` is
     ``max_batch_tokens``, ``--no-plot`` is ``plot=False``), built from the fields by
-    :mod:`rope_adapter.cli.settings_flags`: a new setting is one field here. Checked when made; see
-    :func:`run_eval`."""
+    `rope_adapter.cli.settings_flags`: a new setting is one field here. Checked when made; see
+    `run_eval`."""
 
     variants: str | None = _f(
         None,

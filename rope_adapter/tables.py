@@ -1,0 +1,150 @@
+"""Each decoder layer's ``(cos, sin)`` for one forward, with as little work per forward as the factors allow.
+
+The adapter's rotary wrapper runs once per forward (once per layer type on Gemma3-style models). It hands the
+decoder layers an :class:`LrsPositionEmbeddings`: the base rotary's own pair, tagged with every layer's pair,
+and each layer's pre-hook only picks its own. What it costs:
+
+- Layers with equal factors share one table; layers whose factor is exactly 1 use the base rotary's own output.
+  Which layer uses which table (a :class:`FactorPlan`) is worked out once per set of factors, not per forward.
+- The tables of all distinct factors are computed in one batched operation, ``[G, batch, tokens, rotary_dim]``.
+- Memory bound: that batch is made only while ``G * batch * tokens * rotary_dim <= TABLE_BUDGET`` (2**22
+  values: 16 MiB for cos and 16 MiB for sin in float32, half that in bf16/fp16; at most 64 MiB of float32
+  intermediates while they are computed). It always holds for decoding and for short prompts (30 distinct
+  factors x 1k tokens x 64 channels is 2.0M values). Beyond it (long prompts, where attention dwarfs this
+  cost), a layer's pair is computed when the layer runs and kept only until a layer with another factor runs,
+  so at most one extra table is alive. Nothing is kept between forwards.
+
+Every value is computed with the operations of transformers' rotary forward (:func:`factors.cos_sin`), so a
+uniform factor equals native linear scaling and factors 1 equal the plain model, bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .factors import cos_sin, double_inv_freq
+
+TABLE_BUDGET = 1 << 22
+"""Most values (``G * batch * tokens * rotary_dim``) computed in one batch per forward, see the module docstring."""
+
+BASE = 0  # a slot meaning: this layer uses the base rotary's own (cos, sin) (factor exactly 1)
+OWN = -1  # a slot meaning: this rotary call does not serve the layer (another layer type); it computes its own
+
+
+@dataclass(frozen=True)
+class FactorPlan:
+    """Which table each decoder layer uses, for one factor vector (and one layer type on Gemma3-style models).
+
+    ``slots[l]`` is :data:`BASE`, ``g + 1`` for ``group_factors[g]``, or :data:`OWN`. ``factors`` and ``version``
+    identify the tensor and the in-place version it was made from (the plan is stale once either changes).
+    """
+
+    factors: torch.Tensor
+    version: int | None
+    group_factors: torch.Tensor
+    slots: tuple[int, ...]
+    _scaled: list = field(default_factory=list, repr=False, compare=False)  # [(inv_freq, version, doubled)]
+
+    def matches(self, factors: torch.Tensor) -> bool:
+        return _unchanged(self.factors, self.version, factors)
+
+    def scaled(self, inv_freq: torch.Tensor, layout: str) -> torch.Tensor:
+        """``inv_freq / group_factors[g]`` for every group, doubled like the rotary's channels: ``[G, rotary_dim]``.
+        Kept while ``inv_freq`` is the same tensor at the same in-place version (dynamic RoPE types replace it or
+        update it in place, which makes it stale)."""
+        if self._scaled and _unchanged(self._scaled[0], self._scaled[1], inv_freq):
+            return self._scaled[2]
+        group_factors = self.group_factors.to(inv_freq.device)
+        doubled = double_inv_freq(inv_freq[None, :] / group_factors[:, None], layout)
+        self._scaled[:] = (inv_freq, _version(inv_freq), doubled)
+        return doubled
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """The tensor's in-place version counter; None for inference tensors, which keep none (never cached)."""
+    return None if tensor.is_inference() else tensor._version
+
+
+def _unchanged(seen: torch.Tensor, version: int | None, tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` is the tensor ``seen`` at its recorded version (never for inference tensors)."""
+    return seen is tensor and version is not None and version == _version(tensor)
+
+
+def make_plan(factors: torch.Tensor, layer_types: list[str] | None, layer_type: str | None) -> FactorPlan:
+    """Group the layers this rotary call serves by factor (exact float32 equality); factor 1 uses the base pair."""
+    groups: dict[float, int] = {}
+    slots = []
+    for layer, value in enumerate(factors.tolist()):
+        if layer_types is not None and layer_type is not None and layer_types[layer] != layer_type:
+            slots.append(OWN)
+        elif value == 1.0:
+            slots.append(BASE)
+        else:
+            slots.append(groups.setdefault(value, len(groups)) + 1)
+    group_factors = torch.tensor(list(groups), dtype=torch.float32, device=factors.device)
+    return FactorPlan(factors, _version(factors), group_factors, tuple(slots))
+
+
+class LrsPositionEmbeddings(tuple):
+    """The base rotary's ``(cos, sin)``, carrying each decoder layer's own pair (:meth:`for_layer`)."""
+
+    def __new__(
+        cls,
+        base: tuple[torch.Tensor, torch.Tensor],
+        plan: FactorPlan,
+        pairs: list[tuple[torch.Tensor, torch.Tensor]] | None,
+        positions: torch.Tensor,
+        inv_freq: torch.Tensor,
+        attention_scaling: float,
+        layout: str,
+    ) -> LrsPositionEmbeddings:
+        obj = super().__new__(cls, base)
+        obj.plan = plan
+        obj.pairs = pairs  # [base, group 1, ..., group G] when batched, else None (computed per layer)
+        obj.positions = positions
+        obj.inv_freq = inv_freq
+        obj.attention_scaling = attention_scaling
+        obj.layout = layout
+        obj.last = (BASE, base)  # the last pair computed per layer: (slot, pair)
+        return obj
+
+    def for_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        slot = self.plan.slots[layer]
+        if self.pairs is not None and slot != OWN:
+            return self.pairs[slot]
+        if slot == BASE:
+            return tuple(self)
+        if slot != OWN and self.last[0] == slot:
+            return self.last[1]
+        factor = self.plan.group_factors[slot - 1] if slot != OWN else self.plan.factors[layer]
+        pair = self._compute(double_inv_freq(self.inv_freq / factor, self.layout))
+        if slot != OWN:
+            self.last = (slot, pair)
+        return pair
+
+    def _compute(self, doubled: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return cos_sin(self.positions, doubled, self.attention_scaling, self[0].dtype)
+
+
+def layer_tables(
+    base: tuple[torch.Tensor, torch.Tensor],
+    position_ids: torch.Tensor,
+    inv_freq: torch.Tensor,
+    attention_scaling: float,
+    plan: FactorPlan,
+    layout: str,
+) -> LrsPositionEmbeddings:
+    """Every layer's ``(cos, sin)`` for this forward: one batch for all distinct factors within the budget."""
+    positions = position_ids[..., None].float()
+    inv_freq = inv_freq.to(device=positions.device, dtype=torch.float)
+    groups = plan.group_factors.numel()
+    pairs = None
+    if groups * positions.numel() * 2 * inv_freq.numel() <= TABLE_BUDGET:
+        pairs = [base]
+        if groups:
+            doubled = plan.scaled(inv_freq, layout)
+            cos, sin = cos_sin(positions, doubled[:, None, None, :], attention_scaling, base[0].dtype)
+            pairs += zip(cos.unbind(0), sin.unbind(0), strict=True)
+    return LrsPositionEmbeddings(base, plan, pairs, positions, inv_freq, attention_scaling, layout)
