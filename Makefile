@@ -5,6 +5,7 @@
 #                themselves unless ROPE_ADAPTER_TEST_POSTGRES_URL is set; .ci/run sets it)
 #   make lint    ruff check + ruff format --check
 #   make demo    run the end-to-end demo (rope-adapter demo) on the embedded SmolLM2-135M-Instruct
+#   make docs    build the documentation site into site/ (mkdocs build --strict; installs the docs extra if missing)
 #   make clean   remove build outputs and tool caches; `make distclean` also removes .venv
 #
 # Variables: PYTHON (the interpreter the venv is made from, default python3), TORCH_SPEC (default
@@ -23,7 +24,7 @@ DEMO_ARGS ?=
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.rope-adapter-installed
 
-.PHONY: venv test lint format demo clean distclean
+.PHONY: venv test lint format demo docs clean distclean
 
 venv: $(STAMP)
 
@@ -51,8 +52,13 @@ format: venv
 demo: venv
 	$(VENV)/bin/rope-adapter demo $(DEMO_ARGS)
 
+# mkdocs.yml at the root; --strict fails on a broken link or an API reference that cannot be collected.
+docs: venv
+	$(VPY) -c "import mkdocs, material, mkdocstrings_handlers.python" 2>/dev/null || $(VPY) -m pip install -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-report
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache demo-report site
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean
