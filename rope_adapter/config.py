@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers.utils import cached_file
 
-from .errors import AdapterFileError, InvalidFactorsError, LrsError
+from . import files
+from .errors import AdapterFileError, InvalidFactorsError
 from .factors import check_factors_tensor, validate_factors
+from .files import dumps_json
 from .numbers import as_int, is_scalar
 from .peft_type import LRS_PEFT_TYPE
 from .saving import commit_staged_weights, discard_staged_weights
@@ -101,24 +102,30 @@ class LrsConfig(PeftConfig):
         check_provenance(self.provenance)
 
     def save_pretrained(self, save_directory: str, **kwargs: Any) -> None:
-        """Write adapter_config.json atomically: checked first, then a temporary file renamed over the old one,
-        so a failure leaves the previous file intact. The weights ``PeftModel.save_pretrained`` staged just before
-        (:mod:`rope_adapter.saving`) are renamed into place together with it, or removed if this fails."""
+        """Write adapter_config.json atomically: PEFT's content, as strict JSON (a NaN or a value JSON cannot hold
+        is refused, naming the field, before any write), staged in a temporary file and renamed over the old one
+        together with the weights ``PeftModel.save_pretrained`` staged just before (:mod:`rope_adapter.saving`);
+        a failure leaves the previous files intact and no temporary file."""
         folder = Path(save_directory)
         try:
             check_provenance(self.provenance)
             if folder.is_file():
                 raise AdapterFileError(f"{folder} is a file: save_pretrained needs a folder")
+            output = self.to_dict()
+            for key, value in output.items():  # as PEFT's PeftConfigMixin.save_pretrained
+                if isinstance(value, set):
+                    output[key] = list(value)
+            auto_mapping = kwargs.pop("auto_mapping_dict", None)
+            if auto_mapping is not None:
+                output["auto_mapping"] = auto_mapping
+            text = dumps_json(output, where=folder / CONFIG_NAME, indent=2, sort_keys=True)
             folder.mkdir(parents=True, exist_ok=True)
-            staged = Path(tempfile.mkdtemp(prefix=".adapter_config.", dir=folder))
+            staged = files.stage(folder / CONFIG_NAME, text.encode("utf-8"))
             try:
-                super().save_pretrained(str(staged), **kwargs)  # PEFT writes staged/adapter_config.json
                 commit_staged_weights(folder)
-                os.replace(staged / "adapter_config.json", folder / "adapter_config.json")
+                staged.commit()
             finally:
-                for item in staged.iterdir():
-                    item.unlink()
-                staged.rmdir()
+                staged.discard()  # nothing when it was committed
         finally:
             discard_staged_weights(folder)  # nothing left when they were committed
 
@@ -173,18 +180,13 @@ def _count(factors: Any) -> int | None:
 
 
 def check_provenance(provenance: Any) -> None:
-    """Provenance must be a JSON object (or None): it is written into adapter_config.json."""
+    """Provenance must be a JSON object (or None) of strict JSON values, finite numbers only: it is written into
+    adapter_config.json. Refused with :class:`~rope_adapter.errors.NotJsonError` naming the field."""
     if provenance is None:
         return
     if not isinstance(provenance, dict):
         raise AdapterFileError(f"provenance must be a JSON object or None, found {type(provenance).__name__}")
-    try:
-        json.dumps(provenance)
-    except (TypeError, ValueError) as exc:
-        raise LrsError(
-            f"provenance must hold only JSON values (str, number, bool, None, list, dict with str keys): {exc}; "
-            f"convert it first, e.g. a datetime with .isoformat()"
-        ) from exc
+    dumps_json(provenance, where="LrsConfig", field="provenance")
 
 
 # ---------------------------------------------------------------------------------- reading adapter folders

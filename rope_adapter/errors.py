@@ -46,7 +46,8 @@ class NotJsonError(LrsError):
         fix = (
             "give a finite number (or None where the value is unknown)"
             if what in ("nan", "inf", "-inf")
-            else "convert it to a str, int, float, bool, None, list or dict with str keys first"
+            else "convert it to a str, int, float, bool, None, list or dict with str keys first (a datetime with "
+            ".isoformat(), a numpy number with float())"
         )
         super().__init__(f"{where}: {field} is {what}, which JSON cannot hold: {fix}")
 

@@ -104,10 +104,11 @@ def _sync_folder(folder: Path) -> None:
             os.close(fd)
 
 
-def stage(path: str | os.PathLike[str]) -> Staged:
-    """An empty temporary file beside ``path``, with the mode ``open(path, "w")`` would give ``path``.
+def stage(path: str | os.PathLike[str], data: bytes | None = None) -> Staged:
+    """A temporary file beside ``path`` holding ``data`` (empty when None), with the mode ``open(path, "w")``
+    would give ``path``.
 
-    ``path``'s folder must exist (as for ``open``). Write the temporary file (``staged.temp``), then
+    ``path``'s folder must exist (as for ``open``). Write the temporary file (``staged.temp``) if need be, then
     :meth:`Staged.commit` it, or :meth:`Staged.discard` it on failure."""
     target = Path(path)
     old_mode = None
@@ -126,6 +127,11 @@ def stage(path: str | os.PathLike[str]) -> Staged:
         if old_mode is not None:
             os.fchmod(fd, old_mode)
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        view = memoryview(data or b"")
+        while view:
+            view = view[os.write(fd, view) :]
+        if data:
+            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
@@ -154,10 +160,7 @@ def writing(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically (see the module's notes)."""
-    with writing(path) as temp, open(temp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    stage(path, data).commit()
 
 
 def write_text(path: str | os.PathLike[str], text: str, encoding: str = "utf-8") -> None:

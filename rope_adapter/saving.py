@@ -2,31 +2,45 @@
 
 ``PeftModel.save_pretrained`` writes ``adapter_model.safetensors`` in place, then ``adapter_config.json``. For LRS
 adapters only (a state dict holding nothing but ``*.lrs_factors``), PEFT's ``safe_save_file`` is wrapped
-(:func:`install`): the weights go to a temporary file in the same folder and wait there; ``LrsConfig.save_pretrained``
-stages ``adapter_config.json`` the same way and only then renames both over the old files
-(:func:`commit_staged_weights`), so a failure in either write (a full disk, say) changes nothing and leaves no
-temporary file behind (:func:`discard_staged_weights`). PEFT's model card (``README.md``, written first) is
-written for LRS models into a temporary folder and renamed over the old one (:func:`atomic_model_card`), so it is
-never left half-written. Other adapter types are saved by PEFT as before.
+(:func:`install`): the weights go to a temporary file in the same folder (:func:`rope_adapter.files.stage`) and wait
+there; ``LrsConfig.save_pretrained`` stages ``adapter_config.json`` the same way and only then renames both over
+the old files (:func:`commit_staged_weights`), so a failure in either write (a full disk, say) changes nothing and
+leaves no temporary file behind (:func:`discard_staged_weights`). PEFT's model card (``README.md``, written first)
+is written for LRS models into a temporary folder and its text written over the old card atomically
+(:func:`atomic_model_card`), so it is never left half-written. Other adapter types are saved by PEFT as before.
+
+``PeftModel.save_pretrained`` itself is wrapped for LRS models (:func:`checked_save_pretrained`): an LRS adapter is
+always written as ``adapter_model.safetensors`` (``safe_serialization=False`` gets a warning: the pickle format
+holds the same one tensor, and PEFT and every rope-adapter reader load safetensors first), and an
+``adapter_model.bin`` an earlier save of an LRS adapter left in the folder is removed once the new files are in
+place, so that the folder holds one set of weights. An ``adapter_model.bin`` that is not an LRS adapter's is refused
+before anything is written.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import peft.peft_model as peft_model
+import torch
 
+from . import files
 from .peft_type import LRS_PEFT_TYPE
 
 FACTORS_KEY_SUFFIX = "lrs_factors"
 """The last part of the name of an LRS adapter's one tensor in ``adapter_model.safetensors``."""
 
-_STAGED: dict[Path, tuple[Path, Path]] = {}  # folder -> (temporary weights file, the file it will replace)
+WEIGHTS_NAME = "adapter_model.safetensors"
+PICKLE_WEIGHTS_NAME = "adapter_model.bin"
+
+_STAGED: dict[Path, files.Staged] = {}  # folder -> the weights staged for it
 
 
 def is_lrs_state_dict(tensors: Mapping[str, Any]) -> bool:
@@ -38,14 +52,31 @@ def discard_staged_weights(folder: str | os.PathLike[str]) -> None:
     """Remove the weights staged for ``folder`` by a save that did not get to its config (nothing when none)."""
     staged = _STAGED.pop(Path(folder).resolve(), None)
     if staged is not None:
-        staged[0].unlink(missing_ok=True)
+        staged.discard()
 
 
 def commit_staged_weights(folder: str | os.PathLike[str]) -> None:
-    """Rename the weights staged for ``folder`` over its ``adapter_model.safetensors`` (nothing when none)."""
+    """Rename the weights staged for ``folder`` over its ``adapter_model.safetensors``, then remove the
+    ``adapter_model.bin`` an earlier save of an LRS adapter left there (nothing when no weights were staged)."""
     staged = _STAGED.pop(Path(folder).resolve(), None)
     if staged is not None:
-        os.replace(staged[0], staged[1])
+        staged.commit()
+        files.clear_other_formats(folder, "adapter", {WEIGHTS_NAME}, is_lrs_weights_file)
+
+
+def is_lrs_weights_file(path: Path) -> bool:
+    """True for an adapter weights file (safetensors or PEFT's pickle) that holds an LRS adapter's factors only:
+    what a save of an LRS adapter writes. The pickle is read with ``weights_only=True`` (no code runs)."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as handle:
+                return is_lrs_state_dict(dict.fromkeys(handle.keys()))
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # unreadable: not a file we can call ours
+        return False
+    return isinstance(state, Mapping) and is_lrs_state_dict(state)
 
 
 def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,17 +89,13 @@ def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
         target = Path(filename)
         folder = target.parent.resolve()
         discard_staged_weights(folder)  # left by an earlier save that failed between the two writes
-        handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-        os.close(handle)
-        staged = Path(name)
+        staged = files.stage(target)
         try:
-            original(tensors, str(staged), metadata=metadata)
-            with open(staged, "rb") as written:
-                os.fsync(written.fileno())
+            original(tensors, str(staged.temp), metadata=metadata)
         except BaseException:
-            staged.unlink(missing_ok=True)
+            staged.discard()
             raise
-        _STAGED[folder] = (staged, target)
+        _STAGED[folder] = staged
 
     save_file._lrs_atomic = True  # type: ignore[attr-defined]
     return save_file
@@ -79,13 +106,13 @@ def _is_lrs_model(model: Any) -> bool:
     return bool(configs) and all(getattr(c, "peft_type", None) == LRS_PEFT_TYPE for c in configs.values())
 
 
-def _card_base_model(card: Path, recorded: str | None) -> None:
+def _card_base_model(card: Path, recorded: str | None) -> str:
     """PEFT's card names the base model by the loaded model's ``_name_or_path`` (a local cache folder for the embedded
     models); the Hub's model tree reads that field. Write the adapter config's ``base_model_name_or_path`` there
     instead (the Hub id a search records), or drop the line when that too is a local path."""
     text = card.read_text(encoding="utf-8")
     if not text.startswith("---\n") or "\n---" not in text[4:]:
-        return
+        return text
     end = text.index("\n---", 4)
     head, rest = text[4:end], text[end:]
     local = recorded is None or recorded.startswith(("/", "~", ".")) or Path(recorded).expanduser().exists()
@@ -95,12 +122,13 @@ def _card_base_model(card: Path, recorded: str | None) -> None:
         line if entry.startswith("base_model:") else tag if "base_model:adapter:" in entry else entry
         for entry in head.split("\n")
     ]
-    card.write_text("---\n" + "\n".join(x for x in lines if x is not None) + rest, encoding="utf-8")
+    return "---\n" + "\n".join(x for x in lines if x is not None) + rest
 
 
 def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``original`` (``PeftModel.create_or_update_model_card``), for LRS models updating ``README.md`` in a
-    temporary folder beside it and renaming the result over it: a failure leaves the old card as it was."""
+    """``original`` (``PeftModel.create_or_update_model_card``), for LRS models updating a copy of ``README.md``
+    in a temporary folder beside it and writing the result over it atomically: a failure leaves the old card as it
+    was."""
 
     def create_or_update_model_card(self: Any, output_dir: str) -> None:
         if not _is_lrs_model(self):
@@ -109,11 +137,11 @@ def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
         folder = Path(output_dir)
         work = Path(tempfile.mkdtemp(prefix=".README.", suffix=".tmp", dir=folder))
         try:
-            if (folder / "README.md").is_file():
-                shutil.copy2(folder / "README.md", work / "README.md")
+            if (folder / "README.md").is_file():  # PEFT updates the card it finds
+                files.write_bytes(work / "README.md", (folder / "README.md").read_bytes())
             original(self, str(work))
-            _card_base_model(work / "README.md", self.peft_config[self.active_adapter].base_model_name_or_path)
-            os.replace(work / "README.md", folder / "README.md")
+            text = _card_base_model(work / "README.md", self.peft_config[self.active_adapter].base_model_name_or_path)
+            files.write_text(folder / "README.md", text)
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -121,11 +149,44 @@ def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
     return create_or_update_model_card
 
 
+def checked_save_pretrained(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (``PeftModel.save_pretrained``), for LRS models always in safetensors and refusing, before any
+    write, a folder whose ``adapter_model.bin`` is not an LRS adapter's (see the module's notes)."""
+
+    @functools.wraps(original)
+    def save_pretrained(self: Any, save_directory: str, *args: Any, **kwargs: Any) -> None:
+        if not _is_lrs_model(self):
+            return original(self, save_directory, *args, **kwargs)
+        if args:  # PEFT's signature: save_directory, safe_serialization, selected_adapters, ...
+            kwargs["safe_serialization"], args = args[0], args[1:]
+        if kwargs.get("safe_serialization", True) is False:
+            warnings.warn(
+                f"an LRS adapter is always saved as {WEIGHTS_NAME} (safe_serialization=False is ignored): the pickle "
+                f"format would hold the same one tensor, and a folder with both files would load the older one",
+                UserWarning,
+                stacklevel=2,
+            )
+        kwargs["safe_serialization"] = True
+        selected = kwargs.get("selected_adapters") or (args[0] if args else None) or list(self.peft_config)
+        for name in selected:
+            if name in self.peft_config:
+                folder = Path(save_directory) if name == "default" else Path(save_directory, name)
+                files.clear_other_formats(folder, "adapter", {WEIGHTS_NAME}, is_lrs_weights_file, dry_run=True)
+        return original(self, save_directory, *args, **kwargs)
+
+    save_pretrained._lrs_atomic = True  # type: ignore[attr-defined]
+    return save_pretrained
+
+
 def install() -> None:
-    """Wrap PEFT's ``safe_save_file`` with :func:`atomic_save_file` and ``PeftModel.create_or_update_model_card``
-    with :func:`atomic_model_card` (idempotent)."""
+    """Wrap PEFT's ``safe_save_file`` with :func:`atomic_save_file`, ``PeftModel.create_or_update_model_card``
+    with :func:`atomic_model_card` and ``PeftModel.save_pretrained`` with :func:`checked_save_pretrained`
+    (idempotent)."""
     if not getattr(peft_model.safe_save_file, "_lrs_atomic", False):
         peft_model.safe_save_file = atomic_save_file(peft_model.safe_save_file)
     card = peft_model.PeftModel.create_or_update_model_card
     if not getattr(card, "_lrs_atomic", False):
         peft_model.PeftModel.create_or_update_model_card = atomic_model_card(card)
+    save = peft_model.PeftModel.save_pretrained
+    if not getattr(save, "_lrs_atomic", False):
+        peft_model.PeftModel.save_pretrained = checked_save_pretrained(save)

@@ -208,7 +208,7 @@ def test_refused_load_adapter_leaves_the_peft_model_as_it_was(adapter_dir, tmp_p
 
 
 def test_provenance_that_is_not_json_is_refused_when_the_config_is_made():
-    with pytest.raises(LrsError, match="provenance must hold only JSON values.*isoformat"):
+    with pytest.raises(LrsError, match=r"provenance\.when is a datetime .*isoformat"):
         LrsConfig(factors=1.1, provenance={"when": datetime.datetime(2025, 1, 1)})
     with pytest.raises(AdapterFileError, match="provenance must be a JSON object"):
         LrsConfig(factors=1.1, provenance=["a"])
@@ -218,7 +218,7 @@ def test_a_failed_save_leaves_the_previous_adapter_intact(adapter_dir):
     before = {p.name: p.read_bytes() for p in adapter_dir.iterdir()}
     model = get_peft_model(tiny_model("llama"), LrsConfig(factors=[2.0, 2.0, 2.0, 2.0], provenance={"by": "test"}))
     model.peft_config["default"].provenance["when"] = datetime.datetime(2025, 1, 1)  # slipped in after creation
-    with pytest.raises(LrsError, match="provenance must hold only JSON values"):
+    with pytest.raises(LrsError, match=r"provenance\.when is a datetime"):
         model.save_pretrained(adapter_dir)
     assert {p.name: p.read_bytes() for p in adapter_dir.iterdir()} == before
     rope_adapter.read_adapter_factors(adapter_dir)  # still a good adapter
