@@ -43,6 +43,7 @@ from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
 from .reading import SIDECAR_NAME
+from .serving import note_vllm_length
 from .staging import (
     ExportError,
     check_export_options,
@@ -461,6 +462,8 @@ def _export(
         if plan.format == CUSTOM_CODE:
             write_code(tmp, names, rope_adapter.__version__)
         sidecar = _sidecar(source, plan, rope_parameters, factors)
+        if plan.format == NATIVE and (vllm_note := note_vllm_length(tmp)) is not None:
+            sidecar["vllm"] = vllm_note  # vLLM would serve it shorter: what it does, how to keep the length
         diff = None
         if verify:
             diff = verify_export(tmp, source.peft_model, atol=atol, probe_length=probe_length)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from rope_adapter.scoring.tasks import Task, TaskError, build, get_task, split_records
 
+from .lengths import is_multi, keyed_samples, study_lengths
 from .settings import SearchError, SearchSettings
 
 logger = logging.getLogger(__name__)
@@ -108,6 +109,41 @@ def load_confirmation(settings: SearchSettings) -> list[Any]:
         records = build_task(settings).load_records()  # load_split checked that the file holds enough
         return split_records(records, needed, settings.confirm_records, settings.data_seed)[1]
     return build_task(settings, needed + settings.confirm_records).load_records()[needed:]
+
+
+LengthSplit = tuple[int | None, Task, list[Any], list[Any], list[Any]]
+"""(record length, or None in a single-length study; the task; search, held-out and confirmation records)."""
+
+SEARCH, HOLDOUT, CONFIRM = 0, 1, 2
+"""Which records of a :data:`LengthSplit` (:func:`length_samples`'s ``part``)."""
+
+
+def length_splits(settings: SearchSettings) -> list[LengthSplit]:
+    """The records of every record length of the study, each split as a study of that length alone splits them
+    (a single-length study: its one split, as :func:`load_split` and :func:`load_confirmation` give it)."""
+    if not is_multi(settings.pairs):
+        task, search, holdout = load_split(settings)
+        return [(None, task, search, holdout, load_confirmation(settings))]
+    out: list[LengthSplit] = []
+    for pairs in study_lengths(settings.pairs):
+        one = replace(settings, pairs=pairs)
+        task, search, holdout = load_split(one)
+        out.append((pairs, task, search, holdout, load_confirmation(one)))
+    return out
+
+
+def length_samples(splits: list[LengthSplit], part: int, first: int = 0, last: int | None = None) -> list[Any]:
+    """The samples of records ``first:last`` of one part (:data:`SEARCH`, :data:`HOLDOUT`, :data:`CONFIRM`) at
+    every length, length by length; in a multi-length study each sample's position is its (length, position)
+    key (:mod:`search.lengths`)."""
+    samples: list[Any] = []
+    for pairs, task, *parts in splits:
+        records = parts[part][first:last]
+        if not records:
+            continue
+        built = task.build_samples(records)
+        samples += built if pairs is None else keyed_samples(built, pairs)
+    return samples
 
 
 def perplexity_text_path(settings: SearchSettings) -> Path | None:

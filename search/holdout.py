@@ -21,6 +21,7 @@ from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import describe_difference, differences_by_position_and_record
 
 from .k_selection import select_k
+from .lengths import length_mask, study_lengths
 from .objective import answer_score
 from .report_types import Holdout, HoldoutConfig, SearchReport
 
@@ -119,6 +120,20 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
                 differences[f"{a}-{b}"]["whole_answer"] = differences_by_position_and_record(
                     whole[a], whole[b], positions, ids, settings.seed
                 )
+    lengths = study_lengths(settings.pairs)
+    by_length: dict[str, dict[str, dict[str, Any]]] = {}
+    for pairs in lengths if len(lengths) > 1 else ():  # each length's paired differences, on its own samples
+        mask = length_mask(positions, pairs)
+        by_length[str(pairs)] = {
+            key: differences_by_position_and_record(
+                scores[key.split("-")[0]][mask],
+                scores[key.split("-")[1]][mask],
+                positions[mask],
+                [i for i, m in zip(ids, mask, strict=True) if m],
+                settings.seed,
+            )
+            for key in differences
+        }
     holdout: Holdout = {
         "records": len(set(ids)),
         "samples": len(task),
@@ -133,6 +148,8 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
     }
     if k_selection is not None:
         holdout["k_selection"] = k_selection
+    if by_length:
+        holdout["by_length"] = by_length
     holdout["verdict"] = holdout_verdict(holdout)
     holdout["seconds"] = time.time() - start
     report["holdout"] = holdout

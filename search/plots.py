@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from rope_adapter.writable import savefig_atomic
 
+from .lengths import is_multi, split_key
 from .report_types import SearchReport
 
 
@@ -136,21 +137,40 @@ def plot_positions(report: SearchReport, path: str | Path) -> None:
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
     colors = {"base": "black", "best_uniform": "tab:blue", "found": "tab:red"}
+    multi = is_multi(report["settings"]["pairs"])
+    styles = ["-", "--", ":", "-."]
     for name, cfg in holdout["configs"].items():
-        positions = sorted(int(p) for p in cfg["by_position"])
-        means = [cfg["by_position"][str(p)] for p in positions]
+        keys = sorted(int(p) for p in cfg["by_position"])
         err = None
         key = f"{name}-base"
         if key in holdout["differences"]:
-            err = [holdout["differences"][key]["by_position"][str(p)]["se"] or 0.0 for p in positions]
+            err = [holdout["differences"][key]["by_position"][str(p)]["se"] or 0.0 for p in keys]
         label = {
             "base": "base (all 1)",
             "best_uniform": f"best uniform ({cfg.get('uniform')})",
             "found": f"found (trial {cfg.get('trial')})",
         }[name]
-        ax.errorbar(positions, means, yerr=err, marker="o", capsize=3, color=colors[name], label=label)
-    ax.set_xticks(sorted(int(p) for p in holdout["samples_per_position"]))
-    ax.set_xlabel("gold position")
+        # one line per record length (a multi-length study's keys name length and position; x: relative depth)
+        lines = {}
+        for i, k in enumerate(keys):
+            pairs, position = split_key(k) if multi else (0, k)
+            lines.setdefault(pairs, []).append((position / max(1, pairs - 1) if multi else position, i))
+        for j, (pairs, points) in enumerate(sorted(lines.items())):
+            ax.errorbar(
+                [x for x, _ in points],
+                [cfg["by_position"][str(keys[i])] for _, i in points],
+                yerr=None if err is None else [err[i] for _, i in points],
+                marker="o",
+                capsize=3,
+                color=colors[name],
+                linestyle=styles[j % len(styles)],
+                label=f"{label}, {pairs} pairs" if multi else label,
+            )
+    if multi:
+        ax.set_xlabel("gold position / (pairs - 1)")
+    else:
+        ax.set_xticks(sorted(int(p) for p in holdout["samples_per_position"]))
+        ax.set_xlabel("gold position")
     ax.set_ylabel(_score_label(report), fontsize=8)
     ax.set_title(
         f"held-out: {holdout['records']} records (error bars: paired SE of the difference to base)", fontsize=9

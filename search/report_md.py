@@ -8,6 +8,8 @@ from typing import Any
 from rope_adapter.scoring.metrics import metric_title
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
+from .lengths import is_multi, key_label
+from .report_lengths import length_lines
 from .report_types import SearchReport
 
 
@@ -58,10 +60,11 @@ def markdown_summary(report: SearchReport) -> str:
     base = report["baselines"]["base"]
     uniform = report["baselines"]["best_uniform"]
     positions = [str(p) for p in task["positions"]]
+    multi = is_multi(s["pairs"])
     lines += [
         "## Search set",
         "",
-        "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
+        "| configuration | " + " | ".join(f"pos {key_label(p, multi)}" for p in positions) + " | mean | worst |",
     ]
     lines.append("|---" * (len(positions) + 3) + "|")
     for label, rec in (
@@ -88,7 +91,7 @@ def markdown_summary(report: SearchReport) -> str:
             lines += [
                 f"{metric_title('tf_accuracy')}:",
                 "",
-                "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean |",
+                "| configuration | " + " | ".join(f"pos {key_label(p, multi)}" for p in positions) + " | mean |",
                 "|---" * (len(positions) + 2) + "|",
             ]
             for name, cfg in holdout["configs"].items():
@@ -105,7 +108,7 @@ def markdown_summary(report: SearchReport) -> str:
                 lines.append(f"| {label} | " + " | ".join(cells) + f" | {_diff_cell(d['mean'])} |")
             lines += ["", f"Score ({holdout['score']}):", ""]
         lines += [
-            "| configuration | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |",
+            "| configuration | " + " | ".join(f"pos {key_label(p, multi)}" for p in positions) + " | mean | worst |",
             "|---" * (len(positions) + 3) + "|",
         ]
         for name, cfg in holdout["configs"].items():
@@ -126,7 +129,9 @@ def markdown_summary(report: SearchReport) -> str:
             "record; the worst position ± a bootstrap standard error over records):",
             "",
         ]
-        lines.append("| difference | " + " | ".join(f"pos {p}" for p in positions) + " | mean | worst |")
+        lines.append(
+            "| difference | " + " | ".join(f"pos {key_label(p, multi)}" for p in positions) + " | mean | worst |"
+        )
         lines.append("|---" * (len(positions) + 3) + "|")
         rows = [(key, d) for key, d in holdout["differences"].items()]
         rows += [(f"{key}, whole answer", d["whole_answer"]) for key, d in rows if d.get("whole_answer")]
@@ -153,6 +158,7 @@ def markdown_summary(report: SearchReport) -> str:
                 f"(F by k: {', '.join(f'{k}: {v:.1f}' for k, v in ks['f_statistic'].items())}).",
             ]
         lines += ["", f"**{holdout['verdict']}**", ""]
+    lines += length_lines(report)
     if chosen is not None:
         lines += ["## Found factors", "", "`" + " ".join(f"{f:.3f}" for f in chosen["factors"]) + "`", ""]
     return "\n".join(lines) + "\n"

@@ -158,6 +158,18 @@ class _HoldoutRequired(TypedDict):
 
 class Holdout(_HoldoutRequired, total=False):
     k_selection: dict[str, Any]
+    by_length: dict[str, dict[str, dict[str, Any]]]  # multi-length: pairs -> "found-base" -> paired difference
+
+
+class LengthEntry(TypedDict):
+    """One record length of a multi-length study: mean and worst over its gold positions, per configuration."""
+
+    pairs: int
+    positions: list[int]
+    search: dict[str, dict[str, float]]  # "base", "best_uniform", "found" -> {"mean", "worst"} on the search set
+    confirmation: dict[str, dict[str, float]]  # trial number -> {"mean", "worst"} on the confirmation records
+    holdout: dict[str, dict[str, float]]  # "base", "best_uniform", "found" -> {"mean", "worst"} held out
+    differences: dict[str, dict[str, Any]]  # held out, paired by record: "found-base" -> paired difference
 
 
 class _ReportRequired(TypedDict):
@@ -177,3 +189,4 @@ class _ReportRequired(TypedDict):
 class SearchReport(_ReportRequired, total=False):
     holdout: Holdout | None  # added by the held-out step (None without held-out records)
     confirmation: Confirmation | None  # None with confirm_top 0 (the choice is the search set's)
+    by_length: list[LengthEntry] | None  # multi-length studies (search.lengths); None with one length

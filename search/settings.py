@@ -66,7 +66,12 @@ class SearchSettings:
     data: str | None = _f(
         None, "Data file of the task (Lost in the Middle .jsonl(.gz)); kv-retrieval and passkey generate records."
     )
-    pairs: int = _f(20, "kv-retrieval: key-value pairs per generated record.")
+    pairs: int | tuple[int, ...] = _f(
+        20,
+        "kv-retrieval: key-value pairs per generated record. Several (--pairs 25 50 75): one study over those record "
+        "lengths; every trial is scored at each, its objectives are the mean and the worst over every (length, gold "
+        "position), and the report shows each length.",
+    )
     positions: tuple[int, ...] | None = _f(
         None, "Gold positions (0-based); default: num_positions evenly spaced, first and last included."
     )
@@ -202,7 +207,10 @@ class SearchSettings:
             score=self.score,  # type: ignore[arg-type]
             k=self.k,
             kind=self.objective,  # type: ignore[arg-type]
-            position_weights=None if self.position_weights is None else tuple(self.position_weights),
+            # several record lengths: the weights are those of each length's gold positions, length after length
+            position_weights=None
+            if self.position_weights is None
+            else tuple(self.position_weights) * (len(self.pairs) if isinstance(self.pairs, tuple) else 1),
             worst_weight=self.worst_weight,
         )
 
@@ -246,10 +254,17 @@ class SearchSettings:
         if self.task_name not in available_tasks():
             known = ", ".join(t.replace("_", "-") for t in available_tasks() if t != "perplexity")
             raise SearchError(f"unknown task {self.task!r}; known tasks: {known}")
-        for name in ("pairs", "num_positions", "search_records", "batch_size", "max_batch_tokens", "workers"):
+        if isinstance(self.pairs, tuple) and (self.task_name != "kv_retrieval" or self.data is not None):
+            raise SearchError(
+                f"several record lengths (--pairs {' '.join(map(str, self.pairs))}) need generated kv-retrieval records "
+                "(--task kv-retrieval without --data); give one --pairs for this task"
+            )
+        for name in ("num_positions", "search_records", "batch_size", "max_batch_tokens", "workers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SearchError(f"{name} must be an integer >= 1, got {value!r}")
+        if not isinstance(self.pairs, tuple) and self.pairs < 1:
+            raise SearchError(f"pairs must be an integer >= 1, got {self.pairs!r}")
         if self.holdout_records < 0:
             raise SearchError(f"holdout_records must be >= 0, got {self.holdout_records}")
         if self.confirm_top < 0:
@@ -313,7 +328,15 @@ class SearchSettings:
         """Numbers must be numbers (:mod:`rope_adapter.numbers`): any int or float, numpy or torch scalar, Fraction
         or Decimal is taken and kept as a Python int or float (reports and the study's JSON hold them);
         ``trials="5"``, ``pairs=True`` or ``batch_size=2.7`` is refused, naming the field."""
-        whole = ("batch_size", "max_batch_tokens", "pairs", "num_positions", "search_records", "holdout_records")
+        if isinstance(self.pairs, list | tuple):  # several record lengths; one in a list is that length
+            lengths = tuple(as_ints(self.pairs, "pairs", error=SearchError))
+            if not lengths or len(set(lengths)) != len(lengths):
+                raise SearchError(f"pairs must be one or more different record lengths, got {list(self.pairs)!r}")
+            if any(n < 1 for n in lengths):
+                raise SearchError(f"pairs must be integers >= 1, got {list(lengths)!r}")
+            self.pairs = lengths[0] if len(lengths) == 1 else lengths
+        whole = ("batch_size", "max_batch_tokens", "num_positions", "search_records", "holdout_records")
+        whole += () if isinstance(self.pairs, tuple) else ("pairs",)
         whole += ("data_seed", "degree", "population", "seed", "heartbeat", "workers", "ppl_windows")
         whole += ("ppl_window_chars", "confirm_top", "confirm_records")
         optional_whole = ("trials", "threads", "k", "max_records")

@@ -122,7 +122,7 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         "dtype": dtype,
         "task": settings.task_name,
         "data": _file_identity(settings.data) if settings.data else None,
-        "pairs": settings.pairs,
+        "pairs": settings.pairs if isinstance(settings.pairs, int) else list(settings.pairs),
         "positions": None if settings.positions is None else list(settings.positions),
         "num_positions": settings.num_positions,
         "task_options": json.loads(json.dumps(settings.task_options, sort_keys=True, default=str)),

@@ -42,11 +42,12 @@ from rope_adapter.provenance import Provenance
 
 from . import report as report_mod
 from .confirm import run_confirmation
-from .data import load_split, perplexity_text_path
+from .data import length_splits, perplexity_text_path
 from .holdout import add_holdout
 from .interrupts import storage_safe_interrupts
 from .objective import FactorConstraints
 from .outputs import check_own_outputs
+from .report_lengths import length_entries
 from .report_types import SearchReport
 from .settings import SearchError, SearchSettings, public_storage, redact_url
 from .storage import (
@@ -97,7 +98,7 @@ def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any 
     settings.check()
     check_own_outputs(settings)
     check_record_size(settings)
-    split = load_split(settings)  # reads and checks the data now (workers read it again, deterministically)
+    split = length_splits(settings)  # reads and checks the data now (workers read it again, deterministically)
     num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
     constraints = FactorConstraints(
         settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
@@ -249,6 +250,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         adapter_dir = out / "adapter"
         with output_errors(out):
             save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)
+    report["by_length"] = length_entries(report)
     report["study"]["worker_errors"] = failures
     report["timing"]["total_seconds"] = time.time() - started
     with output_errors(out):

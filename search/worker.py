@@ -24,7 +24,8 @@ from rope_adapter.scoring.tasks import PerplexityTask, Task, apply_chat_template
 from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
 from rope_adapter.scoring.variants import quiet_peft
 
-from .data import load_confirmation, load_split, perplexity_text_path
+from .data import CONFIRM, HOLDOUT, SEARCH, LengthSplit, length_samples, length_splits, perplexity_text_path
+from .lengths import study_lengths
 from .objective import (
     Evaluator,
     FactorConstraints,
@@ -69,9 +70,10 @@ def check_record_size(settings: SearchSettings) -> None:
         return
     _, config = load_model_config(settings.model)
     config = getattr(config, "text_config", None) or config
-    why = pairs_overflow(settings.pairs, getattr(config, "max_position_embeddings", None))
-    if why is not None:
-        raise SearchError(f"--pairs {settings.pairs}: {why}; lower the record size (--pairs)")
+    for pairs in study_lengths(settings.pairs):
+        why = pairs_overflow(pairs, getattr(config, "max_position_embeddings", None))
+        if why is not None:
+            raise SearchError(f"--pairs {pairs}: {why}; lower the record size (--pairs)")
 
 
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
@@ -151,38 +153,29 @@ def make_worker(
     peft_model.peft_config["default"].base_model_name_or_path = recorded_base(settings.model)
     num_layers = int(peft_model.peft_config["default"].num_layers)
 
-    task, search_records, holdout_records = load_split(settings)
+    splits = length_splits(settings)
+    task = splits[0][1]  # every length's task judges answers alike
     chat = settings.chat_template
-    search = prepare(
-        task.build_samples(search_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
-    )
-    if settings.score == "logprob":
-        search = truncate_targets(search, settings.k)
-    ends = stage_ends(len(search_records), settings.race)
-    stages = []
-    for first, last in zip([0, *ends[:-1]], ends, strict=True):
-        stage = prepare(
-            task.build_samples(search_records[first:last]),
-            tokenizer,
-            chat_template=chat,
-            generation_slack=task.generation_slack,
-        )
-        stages.append(truncate_targets(stage, settings.k) if settings.score == "logprob" else stage)
+
+    def tokenised(samples: list[Any], cut: bool = True) -> Any:
+        made = prepare(samples, tokenizer, chat_template=chat, generation_slack=task.generation_slack)
+        return truncate_targets(made, settings.k) if cut and settings.score == "logprob" else made
+
+    ends = stage_ends(settings.search_records, settings.race)
+    stage_samples = [
+        length_samples(splits, SEARCH, first, last) for first, last in zip([0, *ends[:-1]], ends, strict=True)
+    ]
+    # the whole search set is the stages one after the other (racing concatenates their scores in this order)
+    search = tokenised([sample for stage in stage_samples for sample in stage])
+    stages = [tokenised(samples) for samples in stage_samples]
     order = {r: i for i, r in enumerate(dict.fromkeys(s.record_id for s in search.samples))}
     sample_records = [order[s.record_id] for s in search.samples]
     holdout = None
-    if with_holdout and holdout_records:
-        holdout = prepare(
-            task.build_samples(holdout_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
-        )
+    if with_holdout and settings.holdout_records:
+        holdout = tokenised(length_samples(splits, HOLDOUT), cut=False)
     confirm = None
-    confirm_records = load_confirmation(settings) if with_holdout else []
-    if confirm_records:
-        confirm = prepare(
-            task.build_samples(confirm_records), tokenizer, chat_template=chat, generation_slack=task.generation_slack
-        )
-        if settings.score == "logprob":  # scored as the search set is
-            confirm = truncate_targets(confirm, settings.k)
+    if with_holdout and settings.confirm_top:
+        confirm = tokenised(length_samples(splits, CONFIRM))  # scored as the search set is
     ppl = None
     ppl_path = perplexity_text_path(settings)
     if ppl_path is not None:
@@ -223,11 +216,11 @@ def make_worker(
 
 
 def check_prompt_lengths(
-    settings: SearchSettings, *, model: Any = None, tokenizer: Any = None, split: tuple[Any, list, list] | None = None
+    settings: SearchSettings, *, model: Any = None, tokenizer: Any = None, split: list[LengthSplit] | None = None
 ) -> None:
     """Refuse prompts (with their answers) longer than the model's trained positions, as ``eval`` does, before a
-    study is made: only the tokenizer and the config are read (``split``: :func:`load_split`'s result, when the
-    caller has it already)."""
+    study is made: only the tokenizer and the config are read (``split``: :func:`~search.data.length_splits`'s
+    result, when the caller has it already)."""
     try:
         config = model.config if model is not None else AutoConfig.from_pretrained(resolve_model_path(settings.model))
         if tokenizer is None:
@@ -240,8 +233,8 @@ def check_prompt_lengths(
     limit = getattr(config, "max_position_embeddings", None)
     if not limit:
         return
-    task, search, holdout = split if split is not None else load_split(settings)
-    samples = task.build_samples(search + holdout + load_confirmation(settings))
+    splits = split if split is not None else length_splits(settings)
+    samples = [s for part in (SEARCH, HOLDOUT, CONFIRM) for s in length_samples(splits, part)]
     if settings.chat_template:
         try:
             samples = apply_chat_template(samples, tokenizer)

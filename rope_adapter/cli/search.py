@@ -93,7 +93,14 @@ GROUPS: dict[str, tuple[str, ...]] = {
 (:func:`rope_adapter.cli.settings_flags.add_settings_flags` builds the flags and checks that)."""
 
 OVERRIDES: dict[str, dict[str, Any]] = {
-    "pairs": {"flags": ("--pairs", "--num-pairs")},
+    "pairs": {
+        "flags": ("--pairs", "--num-pairs"),
+        "nargs": "+",
+        "action": IntListAction,
+        "type": None,
+        "metavar": "N",
+        "suffix": " Written --pairs 25 50 75 or 25,50,75.",
+    },
     "task_options": {
         "flags": ("--task-option", "--task-arg"),
         "dest": "task_option",
