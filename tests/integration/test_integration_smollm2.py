@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from argparse import Namespace
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from peft import PeftModel, get_peft_model
 
 import rope_adapter
 from rope_adapter import LrsConfig
+from rope_adapter.cli.demo import SMOLLM2_REFERENCE, reference_adapter
 
 pytestmark = pytest.mark.integration
 
@@ -39,3 +41,15 @@ def test_smollm2_ones_exact_nonuniform_changes_round_trip(smollm2, tmp_path):
         assert torch.equal(reloaded(ids).logits, scaled)
         with reloaded.disable_adapter():
             assert torch.equal(reloaded(ids).logits, plain)
+
+
+def test_the_demo_evaluates_the_shipped_full_search_adapter_on_smollm2(smollm2):
+    """`rope-adapter demo` on the default model picks the shipped adapter of the full SmolLM2 search by default
+    (by alias or Hub id), it fits the real model, and it loads as any LRS adapter does."""
+    base, _ = smollm2
+    for name in ("smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"):
+        assert reference_adapter(Namespace(model=name, reference_adapter=None)) == SMOLLM2_REFERENCE
+    assert reference_adapter(Namespace(model="smollm2-135m-instruct", reference_adapter="none")) is None
+    loaded = PeftModel.from_pretrained(copy.deepcopy(base), SMOLLM2_REFERENCE)
+    shipped = rope_adapter.load_lrs_config(SMOLLM2_REFERENCE).factors
+    assert rope_adapter.get_factors(loaded) == pytest.approx(shipped, abs=1e-6)
