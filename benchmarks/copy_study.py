@@ -11,7 +11,6 @@ Usage (the Qwen GP study, from the old NSGA-II one):
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from search_args import parse_with_search_flags
 
+from rope_adapter import files
 from rope_adapter.search import copy_trials
 from rope_adapter.search.storage import TRIAL_ATTR
 from rope_adapter.search.worker import make_worker
@@ -52,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.perf_counter() - start,
     }
     out = Path(settings.out) / "copy_check.json"
-    out.write_text(json.dumps(check, indent=2) + "\n")
-    print(json.dumps(check, indent=2))
+    files.write_json(out, check, indent=2)
+    print(files.dumps_json(check, indent=2))
     return 0 if check["same_accuracy_verdicts"] == n else 1
 
 

@@ -14,7 +14,6 @@ dtypes on this machine (tokens per second). Writes ``<out>.json`` and ``<out>.md
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import optuna
 import torch
 from search_args import parse_with_search_flags
 
+from rope_adapter import files
 from rope_adapter.search.storage import TRIAL_ATTR
 from rope_adapter.search.worker import make_worker
 
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": scored.seconds,
             }
         )
-        print(json.dumps(rows[-1]), flush=True)
+        print(files.dumps_json(rows[-1]), flush=True)
     model = worker.model.get_base_model()
     length = max(len(ids) for ids in stage.full_ids)
     speed = {
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         "trials": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    files.write_json(args.out.with_suffix(".json"), data, indent=1)
     lines = [
         f"# Scores in {worker.dtype} against the float32 study: {settings.model}, {settings.pairs} pairs",
         "",
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in speed.items())
         + f" ({speed['bfloat16'] / speed['float32']:.1f}x).",
     ]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    files.write_text(args.out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

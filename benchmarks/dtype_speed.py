@@ -8,7 +8,6 @@ about 4x slower without). Writes ``<out>.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from rope_adapter import files
 from rope_adapter.scoring.loading import cpu_bfloat16_flags
 
 
@@ -50,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    files.write_json(args.out.with_suffix(".json"), result, indent=2)
+    print(files.dumps_json(result, indent=2))
     return 0
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from rope_adapter import files
+
 Key = tuple[str, str, int]
 
 
@@ -100,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['mean_a']:.3f} | {r['mean_b']:.3f} | {change} |"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    files.write_json(args.out.with_suffix(".json"), result, indent=2)
+    files.write_text(args.out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

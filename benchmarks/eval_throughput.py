@@ -17,13 +17,13 @@ Reports samples/s for each and the ratios, and writes JSON and a Markdown summar
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from machine_info import environment, timed
 
+from rope_adapter import files
 from rope_adapter.embedded import load_default_model
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
@@ -89,7 +89,7 @@ def main() -> None:
         "environment": environment(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    files.write_json(args.out, results, indent=2, newline=False)
     g, lp = results["greedy"], results["logprob"]
     md = [
         "# Evaluation throughput",
@@ -106,7 +106,7 @@ def main() -> None:
         f"sample) | {lp['speedup']:.2f}x | max diff {lp_diff:.2e} |",
         "",
     ]
-    args.out.with_suffix(".md").write_text("\n".join(md))
+    files.write_text(args.out.with_suffix(".md"), "\n".join(md))
     print("\n".join(md))
     print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 

@@ -17,7 +17,6 @@ lies inside the bounds (a bump that touches 1.2 at mid-depth). The study setting
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from rope_adapter import files
 from rope_adapter.search.bezier import BezierSpace, layer_depths
 from rope_adapter.search.samplers import SAMPLERS, build_sampler
 from rope_adapter.search.storage import baseline_params
@@ -168,8 +168,8 @@ def main() -> None:
         lines += best_counts(arms, [n for n in CHECKPOINTS if n <= args.trials], len(args.seeds))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "feasibility" if args.compare == "endpoint" else "samplers"
-    (args.out / f"{stem}.json").write_text(json.dumps(data, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    files.write_json((args.out / f"{stem}.json"), data, indent=1)
+    files.write_text((args.out / f"{stem}.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

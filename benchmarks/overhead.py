@@ -26,7 +26,7 @@ from peft import get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import rope_adapter
-from rope_adapter import LrsConfig
+from rope_adapter import LrsConfig, files
 
 LAYERS = 30
 
@@ -97,7 +97,7 @@ def peak_memory_child(variant: str, length: int, device: str) -> None:
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"peak_bytes": peak, "before_bytes": before}))
+    print(files.dumps_json({"peak_bytes": peak, "before_bytes": before}))
 
 
 def peak_memory(variant: str, length: int, device: str) -> dict:
@@ -189,7 +189,7 @@ def main() -> None:
     results["targets"] = {"latency_ratio_max": 1.03, "memory_ratio_max": 1.05}
     results["environment"] = {"device": args.device, **environment()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    files.write_json(args.out, results, indent=2, newline=False)
     print(f"wrote {args.out}")
 
 

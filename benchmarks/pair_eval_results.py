@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rope_adapter import files
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.scoring.paired import differences_by_position_and_record
 
@@ -151,8 +152,8 @@ def main() -> None:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-        args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+        files.write_text(args.out, text)
+        files.write_json(args.out.with_suffix(".json"), rows, indent=1)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rope_adapter import files
 from rope_adapter.scoring.intervals import difference_from_se
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
@@ -330,8 +331,8 @@ def main() -> None:
     text = markdown(results)
     print(text)
     out = args.out if args.out.is_absolute() else ROOT / args.out
-    out.write_text(text)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    files.write_text(out, text)
+    files.write_json(out.with_suffix(".json"), results, indent=1)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from machine_info import cpu_info, load_average
 
+from rope_adapter import files
 from rope_adapter.evaluate.evaluation import evaluate_positions, make_task_samples, prepare_samples
 from rope_adapter.scoring.intervals import bootstrap_interval
 from rope_adapter.scoring.loading import load_model, resolve_dtype
@@ -81,11 +82,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def append_jsonl(path: Path, row: dict) -> None:
-    """Append one strict-JSON line and flush it to disk (a kill loses at most the line being written)."""
-    text = json.dumps(row, allow_nan=False) + "\n"
-    with path.open("a") as f:
-        f.write(text)
-        f.flush()
+    """Append one strict-JSON line (the file is the old one or the old one and the line, never a part)."""
+    files.append_text(path, files.dumps_json(row, where=path) + "\n")
 
 
 def score_pass(model, tokenizer, task, samples, variants, plans) -> tuple[dict, float, float]:
@@ -342,8 +340,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not args.report_only:
         run(args)
     result = report(args)
-    (args.out / "positions_per_record.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
-    (args.out / "positions_per_record.md").write_text(markdown(result))
+    files.write_json(args.out / "positions_per_record.json", result)
+    files.write_text(args.out / "positions_per_record.md", markdown(result))
     print(markdown(result))
 
 

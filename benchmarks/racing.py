@@ -18,13 +18,13 @@ Writes JSON and Markdown (default benchmarks/results/racing_<model>.{json,md}) a
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
 
 from machine_info import environment
 
+from rope_adapter import files
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.search import SearchSettings, run_search
@@ -155,7 +155,7 @@ def write(results: dict, out: Path) -> None:
     arms = results["arms"]
     out.mkdir(parents=True, exist_ok=True)
     path = out.with_suffix(".json")
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    files.write_json(path, results, indent=2, default=str)
     md = [
         f"# Racing vs plain NSGA-II: {results['model']}, {args['pairs']} pairs",
         "",
@@ -184,7 +184,7 @@ def write(results: dict, out: Path) -> None:
         f"{rep['full_scoring_choice']} ({'the same' if rep['same_trial'] else 'a different one'}).",
         "",
     ]
-    path.with_suffix(".md").write_text("\n".join(md))
+    files.write_text(path.with_suffix(".md"), "\n".join(md))
     print("\n".join(md))
     print(f"wrote {path} and {path.with_suffix('.md')}")
 

@@ -28,6 +28,7 @@ from machine_info import environment
 from racing import _interval, budget_settings, summarise
 from scipy import stats
 
+from rope_adapter import files
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.search import SearchSettings, run_search
 
@@ -166,8 +167,8 @@ def write(results: dict, runs: dict, args: argparse.Namespace) -> None:
             o = by_other[other]
             cells += [_interval(o["difference"]), f"{o['wins']} / {o['losses']}"]
         lines.append(f"| {arm} | {by_other['base']['seeds']} | " + " | ".join(cells) + " |")
-    out.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    files.write_json(out.with_suffix(".json"), results, indent=2, default=str)
+    files.write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

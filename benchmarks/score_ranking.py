@@ -37,6 +37,7 @@ from scipy import stats
 from search_args import parse_with_search_flags
 from tqdm.auto import tqdm
 
+from rope_adapter import files
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.search.objective import answer_score, soft_score
 from rope_adapter.search.storage import TRIAL_ATTR
@@ -177,7 +178,7 @@ def plot_ranking(rows: list[dict[str, Any]], agreement: dict[str, dict[str, Any]
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"Search score against held-out accuracy, {len(rows)} trials: {title}", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    files.save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -236,8 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             "holdout_tf_accuracy_by_position": {str(k): v for k, v in held_acc.items()},
             "seconds": time.perf_counter() - began,
         }
-        with open(done_file, "a") as handle:
-            handle.write(json.dumps(row) + "\n")
+        files.append_text(done_file, files.dumps_json(row, where=done_file) + "\n")
     # the report orders trials by their search-set mean, however the rows were resumed: the same rows give the same
     # bootstrap draws, so a --report-only rerun reproduces the intervals of the run that scored them
     rows = [done[t.number] for t in trials if t.number in done]
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "agreement_above_floor": above_floor,
         "trials": rows,
     }
-    (args.out / "score_ranking.json").write_text(json.dumps(data, indent=1) + "\n")
+    files.write_json((args.out / "score_ranking.json"), data, indent=1)
     best = max(agreement, key=lambda n: agreement[n]["spearman"])
     timing = f"re-scoring {data['seconds_rescoring']:.0f} s"
     if data["trials_without_seconds"]:
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
     plot_ranking(rows, agreement, args.out / "score_ranking.png", f"{settings.model}, {settings.pairs} pairs")
     lines += ["", "![search score against held-out accuracy, one point per trial](score_ranking.png)"]
-    (args.out / "score_ranking.md").write_text("\n".join(lines) + "\n")
+    files.write_text((args.out / "score_ranking.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 

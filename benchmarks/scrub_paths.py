@@ -13,6 +13,7 @@ import argparse
 import re
 from pathlib import Path
 
+from rope_adapter import files
 from rope_adapter.export.card_data import public_text
 
 TEXT_SUFFIXES = {".json", ".md", ".log", ".sh", ".txt"}
@@ -45,8 +46,7 @@ def main() -> None:
                     text = handle.read()
                 new = scrub(text, roots)
                 if new != text:
-                    with open(path, "w", encoding="utf-8", newline="") as handle:
-                        handle.write(new)
+                    files.write_text(path, new)  # the text as it is: no newline translation
                     changed += 1
     print(f"rewrote {changed} files")
 

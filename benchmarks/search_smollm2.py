@@ -25,7 +25,6 @@ interleaved, the minimum of --repeats each; then one more trial split into prefi
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 import torch
 from machine_info import cpu_info, load_average
 
+from rope_adapter import files
 from rope_adapter.search import SearchSettings, run_search
 
 
@@ -181,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         load_before = load_average()
         overhead = measure_overhead(settings, args.repeats)
         overhead.update(load_average_before=load_before, load_average_after=load_average(), machine=cpu_info())
-        (args.results / "search_smollm2_overhead.json").write_text(json.dumps(overhead, indent=1) + "\n")
-        print(json.dumps(overhead, indent=1))
+        files.write_json((args.results / "search_smollm2_overhead.json"), overhead, indent=1)
+        print(files.dumps_json(overhead, indent=1))
         return 0
     start = time.time()
     load_before = load_average()
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "verdict": holdout.get("verdict"),
         "outputs": str(out),
     }
-    (args.results / f"{name}.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
+    files.write_json((args.results / f"{name}.json"), summary, indent=1, default=str)
     md = [
         f"# {name}: factor search on SmolLM2-135M-Instruct",
         "",
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         Path(result.out_dir / "search_report.md").read_text().split("\n", 2)[2],
     ]
-    (args.results / f"{name}.md").write_text("\n".join(md))
+    files.write_text((args.results / f"{name}.md"), "\n".join(md))
     print("\n".join(md))
     return 0
 

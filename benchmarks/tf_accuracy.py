@@ -16,7 +16,6 @@ Writes JSON and Markdown (default benchmarks/results/tf_accuracy_<model>_<pairs>
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ import torch
 from machine_info import environment, timed
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from rope_adapter import files
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
@@ -115,7 +115,7 @@ def main() -> None:
     slug = Path(str(args.model)).name.lower()
     out = args.out or Path(__file__).parent / "results" / f"tf_accuracy_{slug}_{args.pairs}pairs.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    files.write_json(out, results, indent=2)
     md = [
         f"# Teacher-forced accuracy vs greedy decoding: {args.model}, {args.pairs} pairs",
         "",
@@ -146,7 +146,7 @@ def main() -> None:
         f"--records {args.records} --positions {args.positions} --seed {args.seed}`",
         "",
     ]
-    out.with_suffix(".md").write_text("\n".join(md))
+    files.write_text(out.with_suffix(".md"), "\n".join(md))
     print("\n".join(md))
     print(f"disagreements: {len(results['disagreements'])}; {np.round(greedy.correct.mean(), 3)}")
     print(f"wrote {out} and {out.with_suffix('.md')}")

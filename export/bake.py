@@ -29,7 +29,7 @@ from peft import PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
 
 import rope_adapter
-from rope_adapter import LrsConfig, find_rope_site, get_factors, load_lrs_config
+from rope_adapter import LrsConfig, files, find_rope_site, get_factors, load_lrs_config
 from rope_adapter.api import check_adapter_folder
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.standalone import (
@@ -328,7 +328,7 @@ def _write_config(folder: Path, plan: ExportPlan, rope_parameters: dict, factors
             lrs_base_model_type=base_type,
             lrs_provenance=source.config.provenance,
         )
-    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    files.write_json(path, config, indent=2, sort_keys=True)
     return config["model_type"]
 
 
@@ -337,7 +337,7 @@ def _copy_base_files(base_folder: Path | None, folder: Path, tokenizer: Any) -> 
     if base_folder is not None:
         for item in sorted(base_folder.iterdir()):
             if item.is_file() and any(fnmatch.fnmatch(item.name, p) for p in COPIED_FILE_PATTERNS):
-                shutil.copyfile(item, folder / item.name)
+                files.copy_file(item, folder / item.name)
                 copied.append(item.name)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
@@ -468,7 +468,7 @@ def _export(
         if verify:
             diff = verify_export(tmp, source.peft_model, atol=atol, probe_length=probe_length)
             sidecar["verification"] = {"max_abs_diff": diff, "probe_tokens": probe_length, "dtype": str(base.dtype)}
-        (tmp / SIDECAR_NAME).write_text(json.dumps(sidecar, indent=2) + "\n")
+        files.write_json(tmp / SIDECAR_NAME, sidecar, indent=2)
         release_owner_mark(tmp)
         publish(tmp, out, overwrite)
     except OSError as exc:  # a full or read-only disk while writing

@@ -9,7 +9,6 @@ card is read from the folder's files, and no local path reaches the card.
 
 from __future__ import annotations
 
-import json
 import math
 from importlib import resources
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from rope_adapter.files import dumps_json
 from rope_adapter.provenance import Provenance
 from rope_adapter.scoring.metrics import PROPORTIONS
 from rope_adapter.scoring.numbers import fmt
@@ -351,12 +351,12 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
         "paper_url": ARXIV_URL,
         "base_model_id": base_id,
         "base_is_local": bool(info.base_model) and base_id is None,
-        "base_expr": json.dumps(base_id) if base_id else "BASE_MODEL",
+        "base_expr": dumps_json(base_id, where="the card's base model") if base_id else "BASE_MODEL",
         "base_model_type": info.base_model_type,
-        "base_rope_parameters": json.dumps(info.base_rope_parameters, sort_keys=True)
+        "base_rope_parameters": dumps_json(info.base_rope_parameters, where="base_rope_parameters", sort_keys=True)
         if info.base_rope_parameters
         else None,
-        "rope_parameters": json.dumps(rope, sort_keys=True) if rope else None,
+        "rope_parameters": dumps_json(rope, where="rope_parameters", sort_keys=True) if rope else None,
         "model_type": info.config.get("model_type"),
         "num_layers": info.num_layers,
         "head_dim": info.head_dim,

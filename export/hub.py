@@ -28,6 +28,7 @@ from huggingface_hub.errors import (
 )
 
 from rope_adapter.errors import LrsError
+from rope_adapter.files import dumps_json
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME
 
 from .card import render_card
@@ -146,7 +147,8 @@ def publishable_files(info: FolderInfo) -> dict[str, str | bytes]:
                 continue  # not JSON after all: uploaded unchanged
             public = public_json(data)
             if public != data:
-                out[name] = (json.dumps(public, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+                text = dumps_json(public, where=path, indent=2, ensure_ascii=False)
+                out[name] = (text + "\n").encode("utf-8")
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from huggingface_hub.serialization._base import parse_size_to_int
 
+from rope_adapter import files
 from rope_adapter.errors import LrsError
 from rope_adapter.numbers import as_int, as_real
 
@@ -52,7 +53,7 @@ def temporary_prefix(out: Path) -> str:
 def make_temporary(out: Path) -> Path:
     """A new private temporary folder beside ``out``, marked with this process as its owner."""
     tmp = Path(tempfile.mkdtemp(prefix=temporary_prefix(out), dir=out.parent))
-    (tmp / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    files.write_json(tmp / OWNER_FILE, {"pid": os.getpid(), "host": socket.gethostname()}, indent=None)
     return tmp
 
 
@@ -144,11 +145,7 @@ def check_export_options(
 
 def publish(tmp: Path, out: Path, overwrite: bool) -> None:
     """Rename the finished folder into place (replacing an old one only with ``overwrite``)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp made it private, and so are some files written through temporaries
-    for item in tmp.iterdir():
-        os.chmod(item, 0o666 & ~umask)
+    files.set_default_modes(tmp)  # mkdtemp made it private, and so are some files written through temporaries
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:  # appeared while we were writing
             raise ExportError(f"--out {out} was filled by someone else during the export; nothing was replaced")

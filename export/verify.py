@@ -14,6 +14,8 @@ import torch
 from peft import PeftModel
 from transformers import PreTrainedModel
 
+from rope_adapter import files
+
 from .staging import ExportVerificationError, die_with_parent
 
 PROBE_SEED = 0
@@ -83,8 +85,9 @@ def verify_export(
             "attn_implementation": base.config._attn_implementation,
             "device": str(device),
         }
-        Path(work, "probe.json").write_text(json.dumps(spec))
-        torch.save(ids, Path(work, "input_ids.pt"))
+        files.write_json(Path(work, "probe.json"), spec)
+        with files.writing(Path(work, "input_ids.pt")) as temp:
+            torch.save(ids, temp)
         env = {
             **os.environ,
             "HF_MODULES_CACHE": str(Path(work, "modules")),  # keep the user's module cache clean

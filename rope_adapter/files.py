@@ -28,11 +28,14 @@ import json
 import math
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .errors import FolderFormatError, NotJsonError
 
@@ -40,9 +43,11 @@ __all__ = [
     "Staged",
     "append_text",
     "clear_other_formats",
+    "copy_file",
     "dumps_json",
     "first_non_json",
     "save_figure",
+    "set_default_modes",
     "stage",
     "write_bytes",
     "write_json",
@@ -187,14 +192,45 @@ def save_figure(fig: Any, path: str | os.PathLike[str], **kwargs: Any) -> None:
     write_bytes(path, buffer.getvalue())
 
 
+def copy_file(source: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Copy the bytes of ``source`` to ``path`` atomically (``path`` gets the mode a new file gets, not
+    ``source``'s)."""
+    with writing(path) as temp, open(source, "rb") as reader, open(temp, "wb") as handle:
+        shutil.copyfileobj(reader, handle, 1 << 20)
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux: ``/proc/self/status``); elsewhere it is set and put
+    back at once, which another thread creating a file at that instant could see."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status", encoding="ascii") as status:
+            return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return umask
+
+
+def set_default_modes(folder: str | os.PathLike[str]) -> None:
+    """Give ``folder`` and everything under it the modes ``mkdir`` and ``open(path, "w")`` would give under the
+    umask (``0o777``/``0o666`` minus it): for a folder written privately (``mkdtemp``, third-party writers that
+    write through private temporaries) before it is renamed into place."""
+    umask = current_umask()
+    folder = Path(folder)
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 # ------------------------------------------------------------------------------------------------ strict JSON
 
 
-def first_non_json(value: Any, field: str = "") -> tuple[str, str] | None:
+def first_non_json(value: Any, field: str = "", *, other_types: bool = False) -> tuple[str, str] | None:
     """The first place in ``value`` that strict JSON cannot hold, as ``(field path, what is there)``, or None.
 
     Non-finite floats (numpy's included) and values that are not str, int, float, bool, None, list, tuple or dict
-    with str keys are reported; ``field`` is the path's prefix (``provenance.scores.search``, ``[3]``)."""
+    with str keys are reported (values of other types are passed over with ``other_types``: a ``default`` function
+    converts them); ``field`` is the path's prefix (``provenance.scores.search``, ``[3]``)."""
     if value is None or isinstance(value, str | bool | int):
         return None
     if isinstance(value, float):
@@ -203,33 +239,50 @@ def first_non_json(value: Any, field: str = "") -> tuple[str, str] | None:
         for key, item in value.items():
             if not isinstance(key, str):
                 return (field or "(the value)", f"a key of type {type(key).__name__} ({key!r})")
-            found = first_non_json(item, f"{field}.{key}" if field else key)
+            found = first_non_json(item, f"{field}.{key}" if field else key, other_types=other_types)
             if found:
                 return found
         return None
     if isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            found = first_non_json(item, f"{field}[{index}]")
+            found = first_non_json(item, f"{field}[{index}]", other_types=other_types)
             if found:
                 return found
+        return None
+    if isinstance(value, np.floating) and not np.isfinite(value):
+        return (field or "(the value)", repr(float(value)))
+    if other_types:
         return None
     return (field or "(the value)", f"a {type(value).__name__} ({value!r:.60})")
 
 
 def dumps_json(
-    value: Any, *, where: str | os.PathLike[str] = "JSON", field: str = "", indent: int | None = None, **kwargs: Any
+    value: Any,
+    *,
+    where: str | os.PathLike[str] = "JSON",
+    field: str = "",
+    indent: int | None = None,
+    default: Callable[[Any], Any] | None = None,
+    **kwargs: Any,
 ) -> str:
-    """``json.dumps(value, allow_nan=False, ...)``; what strict JSON cannot hold raises
-    :class:`~rope_adapter.errors.NotJsonError` naming ``where`` (the file or the argument) and the field.
+    """``json.dumps(value, allow_nan=False, ...)``; a NaN or an infinity (numpy's too) anywhere in ``value``, or
+    (without ``default``) a value of a type JSON cannot hold, raises :class:`~rope_adapter.errors.NotJsonError`
+    naming ``where`` (the file or the argument) and the field.
 
-    ``field`` prefixes the field path in the message (``provenance``); ``kwargs`` go to ``json.dumps`` (``indent``,
-    ``sort_keys``, ``ensure_ascii``; not ``default`` or ``allow_nan``: nothing is converted silently)."""
-    if "default" in kwargs or "allow_nan" in kwargs:
-        raise TypeError("dumps_json takes neither default= nor allow_nan=: convert the values before writing them")
-    found = first_non_json(value, field)
+    ``field`` prefixes the field path in the message (``provenance``); ``default`` converts values of other types
+    (as in ``json.dumps``; a non-finite number it returns is refused too); ``kwargs`` go to ``json.dumps``
+    (``sort_keys``, ``ensure_ascii``; never ``allow_nan``)."""
+    if "allow_nan" in kwargs:
+        raise TypeError("dumps_json writes strict JSON: allow_nan cannot be given")
+    found = first_non_json(value, field, other_types=default is not None)
     if found is not None:
         raise NotJsonError(os.fspath(where), *found)
-    return json.dumps(value, allow_nan=False, indent=indent, **kwargs)
+    try:
+        return json.dumps(value, allow_nan=False, indent=indent, default=default, **kwargs)
+    except ValueError as exc:  # a non-finite number from ``default``
+        raise NotJsonError(
+            os.fspath(where), field or "(the value)", f"converted to a non-finite number ({exc})"
+        ) from exc
 
 
 def write_json(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 from rope_adapter import read_adapter_factors
 from rope_adapter.export import read_exported_factors
+from rope_adapter.files import dumps_json
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -45,15 +45,17 @@ def describe(path: str) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     info = describe(args.path)
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(dumps_json(info, where=args.path, indent=2))
         return 0
     print(f"{info['kind']}: {info['path']}")
     print(f"base model: {info.get('base_model')} ({info.get('base_model_type')}, {info.get('num_layers')} layers)")
-    print(f"base RoPE: {json.dumps(info.get('base_rope_parameters'))}")
+    print(f"base RoPE: {dumps_json(info.get('base_rope_parameters'), where=args.path)}")
     factors = info["factors"]
     print(f"factors: min {min(factors):.4f}  max {max(factors):.4f}  mean {sum(factors) / len(factors):.4f}")
     for i, f in enumerate(factors):
         print(f"  layer {i:3d}  {f:.6f}  {'#' * max(1, round((f - min(1.0, min(factors))) * 40))}")
     prov = info.get("provenance")
-    print("provenance: " + (json.dumps(prov, indent=2) if prov else "none recorded"))
+    print(
+        "provenance: " + (dumps_json(prov, where=args.path, field="provenance", indent=2) if prov else "none recorded")
+    )
     return 0

@@ -10,18 +10,17 @@ answer's log-prob to that layer's factor, d score / d log s_l, at the base and a
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rope_adapter import files
 from rope_adapter.numbers import as_int, as_real, as_reals
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.tasks import position_tasks
 from rope_adapter.scoring.variants import Variant, build_variant, check_variants, parse_variant
-from rope_adapter.writable import write_text_atomic
 
 from . import evaluation as ev
 from .analysis import REGIONS, decay_curves, last_token_attention_shares
@@ -164,7 +163,7 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
             )
     out.mkdir(parents=True, exist_ok=True)
     paths["markdown"] = out / "analysis.md"
-    write_text_atomic(paths["markdown"], "\n".join(report) + "\n")
+    files.write_text(paths["markdown"], "\n".join(report) + "\n")
     return paths
 
 
@@ -192,7 +191,7 @@ def _decay(s: AnalyzeSettings, config: Any, variant: Any, plans: dict, out: Path
     }
     out.mkdir(parents=True, exist_ok=True)
     paths["decay_json"] = out / "decay.json"
-    write_text_atomic(paths["decay_json"], json.dumps(data) + "\n")
+    files.write_json(paths["decay_json"], data, indent=None)
     plot_decay(data, out / "decay.png")
     paths["decay_plot"] = out / "decay.png"
     log(f"decay bound for factors {', '.join(f'{f:g}' for f in factors)} -> {out / 'decay.png'}")
@@ -261,7 +260,7 @@ def _attention(
     }
     out.mkdir(parents=True, exist_ok=True)
     paths["attention_json"] = out / "attention.json"
-    write_text_atomic(paths["attention_json"], json.dumps(data, indent=1) + "\n")
+    files.write_json(paths["attention_json"], data)
     plot_attention_shares(data, out / "attention.png")
     paths["attention_plot"] = out / "attention.png"
     lines = [

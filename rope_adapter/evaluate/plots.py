@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-from rope_adapter.writable import savefig_atomic
+from rope_adapter import files
 
 _MARKERS = "osD^vP*Xh<>"
 
@@ -43,7 +43,7 @@ def _colors(n: int) -> list:
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    savefig_atomic(fig, path, dpi=130, bbox_inches="tight")
+    files.save_figure(fig, path, dpi=130, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -4,14 +4,13 @@ figure (and, for the position sweep, the results record the model card reads: in
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rope_adapter import files
 from rope_adapter.scoring.results_table import RECORD_KEY, ResultsTable
-from rope_adapter.writable import write_text_atomic
 
 
 class SweepResults:
@@ -77,7 +76,7 @@ class SweepResults:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    write_text_atomic(path, json.dumps(data, indent=1, allow_nan=False) + "\n")
+    files.write_json(path, data)
 
 
 def write_results(
@@ -96,7 +95,7 @@ def write_results(
     _write_json(paths["json"], data)
     if plot:
         paths["plot"] = plot_fn(data, out / plot_name)
-    write_text_atomic(paths["markdown"], markdown_fn(data, plot_name=plot_name if plot else None))
+    files.write_text(paths["markdown"], markdown_fn(data, plot_name=plot_name if plot else None))
     table = ResultsTable.embedded_in(data)  # the record the model card and the demo report read
     if table is not None:
         paths["table"] = table.write(out)

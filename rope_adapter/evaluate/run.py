@@ -11,7 +11,6 @@ that names the problem and the fix; the output folder is written only at the end
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter import InvalidFactorsError, validate_factors
+from rope_adapter.files import dumps_json
 from rope_adapter.numbers import as_int, as_ints
 from rope_adapter.scoring.loading import EvalError, load_model_config, resolve_device
 from rope_adapter.scoring.metrics import METRICS
@@ -354,7 +354,7 @@ def command_line(s: EvalSettings, variants: str) -> str:
             if value is not None:
                 parts += [flag, str(value)]
         for key, value in s.task_args.items():
-            parts += ["--task-arg", f"{key}={json.dumps(value)}"]
+            parts += ["--task-arg", f"{key}={dumps_json(value, where='--task-arg', field=key)}"]
         parts += ["--chat-template", s.chat_template]
         if s.allow_longer:
             parts.append("--allow-longer")

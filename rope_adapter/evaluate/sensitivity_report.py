@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rope_adapter import files
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.scoring.shared_prefix import TokenizedTask
-from rope_adapter.writable import write_text_atomic
 
 from .own_outputs import ANALYZE_STAMP
 from .plots import plot_sensitivity
@@ -60,7 +59,7 @@ def sensitivity_section(
     }
     out.mkdir(parents=True, exist_ok=True)
     paths["sensitivity_json"] = out / "sensitivity.json"
-    write_text_atomic(paths["sensitivity_json"], json.dumps(data, indent=1) + "\n")
+    files.write_json(paths["sensitivity_json"], data)
     paths["sensitivity_plot"] = plot_sensitivity(data, out / "sensitivity.png")
     return sensitivity_lines(data)
 

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rope_adapter import files
 from rope_adapter.errors import LrsError
-from rope_adapter.writable import write_text_atomic
 
 from .intervals import CONFIDENCE, difference_from_se, proportion_interval
 
@@ -211,7 +211,7 @@ class ResultsTable:
     def write(self, folder: str | os.PathLike[str]) -> Path:
         """Write ``results_table.json`` into ``folder`` (atomically); returns its path."""
         path = Path(folder) / RESULTS_TABLE_NAME
-        write_text_atomic(path, json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+        files.write_json(path, self.to_dict())
         return path
 
     @classmethod

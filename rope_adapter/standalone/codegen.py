@@ -16,7 +16,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from ..writable import write_text_atomic
+from .. import files
 from .names import LrsNames
 
 MARKER = "# ---8<---"
@@ -74,10 +74,10 @@ def render_modeling(names: LrsNames, version: str) -> str:
 
 def write_code(folder: Path, names: LrsNames, version: str) -> list[str]:
     """Write both code files into ``folder``; returns their names."""
-    files = {
+    texts = {
         f"{names.config_module}.py": render_configuration(names, version),
         f"{names.model_module}.py": render_modeling(names, version),
     }
-    for name, text in files.items():
-        write_text_atomic(folder / name, text)
-    return sorted(files)
+    for name, text in texts.items():
+        files.write_text(folder / name, text)
+    return sorted(texts)

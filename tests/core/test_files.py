@@ -137,9 +137,12 @@ def test_strict_json_names_the_file_and_the_field(tmp_path, value, field, what):
     assert str(again) == str(caught.value)
 
 
-def test_strict_json_refuses_a_silent_conversion():
-    with pytest.raises(TypeError, match="default"):
-        files.dumps_json({"a": 1}, default=str)
+def test_strict_json_converts_only_what_a_default_converts(tmp_path):
+    with pytest.raises(TypeError, match="allow_nan"):
+        files.dumps_json({"a": 1}, allow_nan=True)
+    assert files.dumps_json({"p": tmp_path}, default=str) == f'{{"p": "{tmp_path}"}}'
+    with pytest.raises(NotJsonError, match=r"out\.x is nan"):  # a default converts types, never lets NaN through
+        files.dumps_json({"x": np.float32("nan")}, field="out", default=str)
     assert files.dumps_json({"b": [1, 2.5, None, True]}, sort_keys=True) == '{"b": [1, 2.5, null, true]}'
 
 
