@@ -16,7 +16,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 from .architectures import rope_state
-from .tables import FactorPlan, LrsPositionEmbeddings, layer_tables, make_plan
+from .tables import FactorPlan, LrsPositionEmbeddings, cached_plan, layer_tables
 
 
 class Float32BufferDict(BufferDict):
@@ -132,10 +132,7 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
     def _plan(self, factors: torch.Tensor, layer_type: str | None) -> FactorPlan:
         """Which layers share which table: made once per factor tensor and in-place version (``set_factors``,
         ``load_state_dict``), adapter (``set_adapter``) and device (``model.to`` replaces the tensor)."""
-        plan = self._lrs_plans.get(layer_type)
-        if plan is None or not plan.matches(factors):
-            plan = self._lrs_plans[layer_type] = make_plan(factors, self.layer_types, layer_type)
-        return plan
+        return cached_plan(self._lrs_plans, factors, self.layer_types, layer_type)
 
     def merge(self, safe_merge: bool = False, adapter_names: list[str] | None = None) -> None:
         raise NotImplementedError("LRS factors are merged by LrsModel.merge_and_unload(), not per layer")

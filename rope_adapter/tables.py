@@ -14,6 +14,9 @@ and each layer's pre-hook only picks its own. What it costs:
   cost), a layer's pair is computed when the layer runs and kept only until a layer with another factor runs,
   so at most one extra table is alive. Nothing is kept between forwards.
 
+Under ``torch.compile`` the plan is one table per layer read from the factor tensor when the graph runs
+(:func:`compiled_plan`): grouping needs the factors on the host, which a graph cannot do without breaking.
+
 Every value is computed with the operations of transformers' rotary forward (:func:`factors.cos_sin`), so a
 uniform factor equals native linear scaling and factors 1 equal the plain model, bit for bit.
 """
@@ -54,11 +57,13 @@ class FactorPlan:
         """``inv_freq / group_factors[g]`` for every group, doubled like the rotary's channels: ``[G, rotary_dim]``.
         Kept while ``inv_freq`` is the same tensor at the same in-place version (dynamic RoPE types replace it or
         update it in place, which makes it stale)."""
-        if self._scaled and _unchanged(self._scaled[0], self._scaled[1], inv_freq):
+        tracing = compiling()
+        if not tracing and self._scaled and _unchanged(self._scaled[0], self._scaled[1], inv_freq):
             return self._scaled[2]
         group_factors = self.group_factors.to(inv_freq.device)
         doubled = double_inv_freq(inv_freq[None, :] / group_factors[:, None], layout)
-        self._scaled[:] = (inv_freq, _version(inv_freq), doubled)
+        if not tracing:
+            self._scaled[:] = (inv_freq, _version(inv_freq), doubled)
         return doubled
 
 
@@ -85,6 +90,35 @@ def make_plan(factors: torch.Tensor, layer_types: list[str] | None, layer_type: 
             slots.append(groups.setdefault(value, len(groups)) + 1)
     group_factors = torch.tensor(list(groups), dtype=torch.float32, device=factors.device)
     return FactorPlan(factors, _version(factors), group_factors, tuple(slots))
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` is tracing (our own name for it, so that tests can take the compiled path eagerly)."""
+    return torch.compiler.is_compiling()
+
+
+def cached_plan(
+    plans: dict[str | None, FactorPlan], factors: torch.Tensor, layer_types: list[str] | None, layer_type: str | None
+) -> FactorPlan:
+    """The plan for ``factors`` from ``plans`` (one per layer type), made again once it is stale."""
+    if compiling():
+        return compiled_plan(factors, layer_types, layer_type)
+    plan = plans.get(layer_type)
+    if plan is None or not plan.matches(factors):
+        plan = plans[layer_type] = make_plan(factors, layer_types, layer_type)
+    return plan
+
+
+def compiled_plan(factors: torch.Tensor, layer_types: list[str] | None, layer_type: str | None) -> FactorPlan:
+    """One table per served layer, its factor read from the tensor when the graph runs: no host read and no version
+    check, which ``torch.compile`` cannot trace (it fuses the per-layer work instead, and the hooks cost nothing)."""
+    served = [
+        i for i in range(factors.numel()) if layer_types is None or layer_type is None or layer_types[i] == layer_type
+    ]
+    slots = [OWN] * factors.numel()
+    for group, layer in enumerate(served):
+        slots[layer] = group + 1
+    return FactorPlan(factors, None, factors[served], tuple(slots))
 
 
 class LrsPositionEmbeddings(tuple):

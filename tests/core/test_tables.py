@@ -18,11 +18,14 @@ FACTORS = [1.0, 1.6, 1.6, 2.5, 1.0, 1.6]  # factor 1 twice, a factor shared by t
 IDS = torch.randint(3, 250, (2, 40), generator=torch.Generator().manual_seed(0))
 
 
-@pytest.fixture(params=["batched", "per_layer"])
+@pytest.fixture(params=["batched", "per_layer", "compiled"])
 def path(request, monkeypatch) -> str:
-    """Run a test on both paths: all tables in one batch, or (budget 0) each layer's pair when the layer runs."""
+    """Run a test on each path: all tables in one batch, each layer's pair when the layer runs (budget 0), or the
+    path torch.compile traces (one table per layer, no cached plan), taken eagerly."""
     if request.param == "per_layer":
         monkeypatch.setattr(tables, "TABLE_BUDGET", 0)
+    if request.param == "compiled":
+        monkeypatch.setattr(tables, "compiling", lambda: True)
     return request.param
 
 
