@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import optuna
 
-from rope_adapter.writable import write_text_atomic
+from rope_adapter import files
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STUDIES = {
@@ -255,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     check = rescored_check()
     choice = recommend(results)
     data = {"draws": DRAWS, "seed": args.seed, "studies": results, "rescored_check": check, "recommended": choice}
-    write_text_atomic(args.out.with_suffix(".json"), json.dumps(data, indent=1, allow_nan=False) + "\n")
-    write_text_atomic(args.out.with_suffix(".md"), markdown(results, check, choice))
+    files.write_json(args.out.with_suffix(".json"), data)
+    files.write_text(args.out.with_suffix(".md"), markdown(results, check, choice))
     print(markdown(results, check, choice))
     return 0
 

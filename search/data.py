@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
+from rope_adapter import files
 from rope_adapter.scoring.tasks import Task, TaskError, build, get_task, split_records
 
 from .lengths import is_multi, keyed_samples, study_lengths
@@ -160,5 +161,5 @@ def perplexity_text_path(settings: SearchSettings) -> Path | None:
         return path
     path = Path(settings.out) / "perplexity_text.txt"
     if not path.is_file() or path.read_text(encoding="utf-8") != DEFAULT_PERPLEXITY_TEXT:
-        path.write_text(DEFAULT_PERPLEXITY_TEXT, encoding="utf-8")
+        files.write_text(path, DEFAULT_PERPLEXITY_TEXT)
     return path

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from rope_adapter.writable import savefig_atomic
+from rope_adapter import files
 
 from .lengths import is_multi, split_key
 from .report_types import SearchReport
@@ -23,7 +23,7 @@ from .report_types import SearchReport
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     fig.tight_layout()
-    savefig_atomic(fig, path, dpi=120)
+    files.save_figure(fig, path, dpi=120)
 
 
 def _score_label(report: SearchReport) -> str:

@@ -15,9 +15,7 @@ Held-out statistics are paired (every configuration is scored on the same sample
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,9 +23,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from rope_adapter import files
 from rope_adapter.provenance import Provenance, ProvenanceScores, ProvenanceTask, SearchScores
 from rope_adapter.scoring.paired import differences_by_position_and_record
-from rope_adapter.writable import write_text_atomic
 
 from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
@@ -395,25 +393,27 @@ def provenance(report: SearchReport) -> Provenance:
             "differences": {k: {"mean": v["mean"], "worst": v["worst"]} for k, v in holdout["differences"].items()},
             "verdict": holdout["verdict"],
         }
-    return {
-        "method": f"bezier-{settings.get('sampler', LEGACY_SAMPLER)}",
-        "curve": {
-            "degree": settings["degree"],
-            "x_mode": settings["x_mode"],
-            "control_points": chosen["control_points"] or [],
-            "s_min": settings["s_min"],
-            "s_max": settings["s_max"],
-        },
-        "study": {
-            "name": report["study"]["name"],
-            "storage": report["study"]["storage"],
-            "trial": chosen["number"],
-            "sampler": report["study"]["sampler"],
-            "seed": report["study"]["seed"],
-        },
-        "task": report["task"],
-        "scores": scores,
-    }
+    return _finite(
+        {  # a score that is not a finite number is null, as in search_report.json
+            "method": f"bezier-{settings.get('sampler', LEGACY_SAMPLER)}",
+            "curve": {
+                "degree": settings["degree"],
+                "x_mode": settings["x_mode"],
+                "control_points": chosen["control_points"] or [],
+                "s_min": settings["s_min"],
+                "s_max": settings["s_max"],
+            },
+            "study": {
+                "name": report["study"]["name"],
+                "storage": report["study"]["storage"],
+                "trial": chosen["number"],
+                "sampler": report["study"]["sampler"],
+                "seed": report["study"]["seed"],
+            },
+            "task": report["task"],
+            "scores": scores,
+        }
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -445,13 +445,13 @@ def write_outputs(report: SearchReport, out: Path) -> Path:
 
     out = Path(out)
     path = out / REPORT_NAME
-    write_text_atomic(path, json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
+    files.write_json(path, _finite(report))
     # the adapter folder carries what its model card shows, so that `rope-adapter push OUT/adapter` publishes it
     adapter = out / "adapter"
     carried = report.get("holdout") and (adapter / "adapter_config.json").is_file()
     if carried:  # the search's own results record (search/results_record.py)
         holdout_table(_finite(report)).write(adapter)
-    write_text_atomic(out / SUMMARY_NAME, markdown_summary(report))
+    files.write_text(out / SUMMARY_NAME, markdown_summary(report))
     plots.plot_pareto(report, out / "pareto.png")
     plots.plot_factors(report, out / "factors.png")
     if report.get("holdout"):
@@ -459,5 +459,5 @@ def write_outputs(report: SearchReport, out: Path) -> Path:
     if carried:
         for name in ("factors.png", "positions.png"):
             if (out / name).is_file():
-                shutil.copyfile(out / name, adapter / name)
+                files.copy_file(out / name, adapter / name)
     return path

@@ -23,6 +23,7 @@ import numpy as np
 import optuna
 
 from rope_adapter.embedded import find_embedded
+from rope_adapter.files import dumps_json
 from rope_adapter.writable import unwritable_reason
 
 from .bezier import BezierSpace
@@ -125,7 +126,9 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         "pairs": settings.pairs if isinstance(settings.pairs, int) else list(settings.pairs),
         "positions": None if settings.positions is None else list(settings.positions),
         "num_positions": settings.num_positions,
-        "task_options": json.loads(json.dumps(settings.task_options, sort_keys=True, default=str)),
+        "task_options": json.loads(
+            dumps_json(settings.task_options, where="task_options", sort_keys=True, default=str)
+        ),
         "search_records": settings.search_records,
         "holdout_records": settings.holdout_records,
         "data_seed": settings.data_seed,

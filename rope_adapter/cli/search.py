@@ -18,6 +18,7 @@ from typing import Any
 
 from rope_adapter.cli import CliInterrupted, IntListAction, output_path
 from rope_adapter.cli.settings_flags import add_settings_flags
+from rope_adapter.files import dumps_json
 from rope_adapter.scoring.loading import bfloat16_hint
 from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.interrupts import interrupts_outside_storage
@@ -223,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         "warning": (report.get("chosen") or {}).get("warning"),
     }
     if args.json:
-        print(json.dumps(summary, indent=1))
+        print(dumps_json(summary, where="search --json", indent=1))
         return 0
     study = report["study"]
     print(
