@@ -32,7 +32,9 @@ import peft.peft_model as peft_model
 import torch
 
 from . import files
+from .errors import AdapterFileError
 from .peft_type import LRS_PEFT_TYPE
+from .writable import folder_path_reason
 
 FACTORS_KEY_SUFFIX = "lrs_factors"
 """The last part of the name of an LRS adapter's one tensor in ``adapter_model.safetensors``."""
@@ -157,6 +159,8 @@ def checked_save_pretrained(original: Callable[..., Any]) -> Callable[..., Any]:
     def save_pretrained(self: Any, save_directory: str, *args: Any, **kwargs: Any) -> None:
         if not _is_lrs_model(self):
             return original(self, save_directory, *args, **kwargs)
+        if (why := folder_path_reason(save_directory, "save_pretrained: save_directory")) is not None:
+            raise AdapterFileError(why)  # before PEFT makes the folder or writes the card
         if args:  # PEFT's signature: save_directory, safe_serialization, selected_adapters, ...
             kwargs["safe_serialization"], args = args[0], args[1:]
         if kwargs.get("safe_serialization", True) is False:

@@ -6,9 +6,14 @@ Each subcommand lives in its own module here with ``add_parser(subparsers)`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
@@ -66,27 +71,70 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """While a command runs, SIGTERM (``timeout``, job schedulers, a container stopping) is handled like Ctrl-C:
+    ``KeyboardInterrupt`` in the main thread, so every clean-up runs (temporary files are removed) and the command
+    ends with one line and status 130. Commands with a handler of their own (search, export) install it inside and
+    put this one back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise CliInterrupted("terminated (SIGTERM); files written so far are whole, nothing is half-written")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def os_error_line(exc: OSError) -> str:
+    """One line for an error of the file system (a full disk, no permission, a read-only mount): what, where, and
+    what to do; the atomic writes (rope_adapter.files) left every previous file as it was."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    where = f": {os.fsdecode(exc.filename)}" if exc.filename is not None else ""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free some space or choose another --out, and run the command again"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "choose a folder you can write, or fix its permissions"
+    else:
+        fix = "check the path and the disk, and run the command again"
+    return f"{what}{where}; {fix} (files written before are whole: none is half-written)"
+
+
+def _say(text: str) -> None:
+    """Print a message as exactly one line on stderr (a path with a newline in it stays on that line)."""
+    print(text.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args) or 0)
+        with sigterm_as_interrupt():
+            return int(args.run(args) or 0)
     except KeyError as exc:
         if "LRS" in str(exc):
-            print(f"rope-adapter: error: {MISSING_IMPORT_HINT}", file=sys.stderr)
+            _say(f"rope-adapter: error: {MISSING_IMPORT_HINT}")
             return 2
         raise
     except (LrsError, FileNotFoundError) as exc:  # every project error derives from LrsError
-        print(f"rope-adapter: error: {exc}", file=sys.stderr)
+        _say(f"rope-adapter: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
         detail = str(exc) if isinstance(exc, CliInterrupted) else "interrupted"
-        print(f"rope-adapter: {detail}", file=sys.stderr)
+        _say(f"rope-adapter: {detail}")
         return 130
     except BrokenPipeError:  # `rope-adapter info X | head -1`: the reader left; say nothing more
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:  # the file system refused a write (a full disk, permissions): one line, not a traceback
+        _say(f"rope-adapter: error: {os_error_line(exc)}")
+        return 2
 
 
 if __name__ == "__main__":

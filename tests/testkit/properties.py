@@ -126,7 +126,10 @@ PLACES += ("symlink-to-folder", "symlink-to-file", "dangling-symlink", "under-a-
 
 def make_place(root: Path, place: str, name: str) -> str:
     """Make the situation ``place`` for an output named ``name`` under ``root`` (a sandbox holding ``elsewhere/``,
-    a folder the output may only reach through a symlink) and return the path text a user would give."""
+    a folder the output may only reach through a symlink) and return the path text a user would give (a blank
+    ``name`` is given as it is, in any place)."""
+    if not name.strip():  # a blank path is given as it is: "" or "  ", never joined to a folder
+        return name
     target = root / name
     if place == "new":
         return str(target)
