@@ -1,0 +1,84 @@
+"""What vLLM makes of a native export's length, said in the export itself.
+
+vLLM reads a linear RoPE factor f as a context extension: it serves a folder with ``rope_type: linear`` and
+factor f at most f x its maximum length. For a factor above 1 that is what linear scaling is for; for a uniform
+factor below 1 (a native export of an adapter whose factors are all below 1) vLLM would cap the model below the
+length it was trained for. Such an export writes ``model_max_length`` (the full length) into config.json, which
+lets ``--max-model-len FULL`` through vLLM's check without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``, records what vLLM
+will do in ``lrs_export.json`` (key ``vllm``) and logs it. Pure functions of the folder's JSON files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from rope_adapter import files
+
+logger = logging.getLogger(__name__)
+
+LENGTH_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+"""The config keys vLLM 0.32 derives a model's maximum length from (the smallest; model_max_length wins)."""
+
+UNSCALED_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
+"""RoPE types whose factor vLLM does not multiply the maximum length by."""
+
+
+def _rope_dicts(rope: Any) -> list[dict[str, Any]]:
+    if not isinstance(rope, dict) or not rope:
+        return []
+    if all(isinstance(value, dict) for value in rope.values()):
+        return [value for value in rope.values() if value]
+    return [rope]
+
+
+def vllm_lengths(config: dict[str, Any], tokenizer_config: dict[str, Any] | None) -> tuple[int, int] | None:
+    """``(full, served)``: the maximum length before vLLM applies the RoPE factor, and the one it serves by
+    default. None when the config names no length."""
+    lengths = [config[key] for key in LENGTH_KEYS if isinstance(config.get(key), int)]
+    if not lengths:
+        return None
+    full = config["model_max_length"] if isinstance(config.get("model_max_length"), int) else min(lengths)
+    tokenizer_max = (tokenizer_config or {}).get("model_max_length")
+    if isinstance(tokenizer_max, int):
+        full = min(full, tokenizer_max)
+    factor = 1.0
+    if "gemma3" not in str(config.get("model_type")):
+        for rope in _rope_dicts(config.get("rope_parameters")):
+            if rope.get("rope_type", rope.get("type")) not in UNSCALED_TYPES:
+                factor = rope.get("factor", factor) or 1.0
+    return full, int(full * factor)
+
+
+def note_vllm_length(folder: Path) -> dict[str, Any] | None:
+    """For a folder vLLM would serve shorter than its full length: write ``model_max_length`` into its
+    config.json, log what vLLM will do and return the note for ``lrs_export.json`` (else None, nothing written)."""
+    config_path = folder / "config.json"
+    config = json.loads(config_path.read_text())
+    tokenizer_path = folder / "tokenizer_config.json"
+    tokenizer_config = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
+    lengths = vllm_lengths(config, tokenizer_config)
+    if lengths is None or lengths[1] >= lengths[0]:
+        return None
+    full, served = lengths
+    config.setdefault("model_max_length", full)
+    files.write_json(config_path, config, indent=2, sort_keys=True)
+    note = (
+        f"vLLM reads the linear RoPE factor below 1 as a shorter context and serves this folder with at most "
+        f"{served} tokens by default; pass --max-model-len {full} (LLM(..., max_model_len={full})) to keep the full "
+        f"length: config.json's model_max_length allows it"
+    )
+    logger.warning("%s", note)
+    return {"full_max_model_len": full, "default_max_model_len": served, "note": note}
