@@ -23,6 +23,7 @@ from rope_adapter.errors import LrsError
 from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
 from rope_adapter.export.staging import ExportError
 from rope_adapter.provenance import Provenance
+from rope_adapter.records import check_record
 from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [
@@ -127,13 +128,18 @@ def _read_adapter(folder: Path) -> FolderInfo:
         base_rope_parameters=config.base_rope_parameters,
         head_dim=config.head_dim,
         rotary_dim=config.rotary_dim,
-        provenance=_as_provenance(config.provenance),
+        provenance=_as_provenance(config.provenance, folder / ADAPTER_CONFIG),
     )
 
 
-def _as_provenance(value: Any) -> Provenance | None:
-    """Provenance as recorded (a JSON object the core checked), read through its one definition."""
-    return cast(Provenance, value) if isinstance(value, dict) else None
+def _as_provenance(value: Any, where: Path) -> Provenance | None:
+    """Provenance as recorded (a JSON object the core checked), checked against its one definition: a key it
+    names holds the type it says (a score may be null: the search stores a non-finite number so), or a
+    :class:`~rope_adapter.errors.RecordFileError` names the file and the field."""
+    if not isinstance(value, dict):
+        return None
+    check_record(value, Provenance, where, "provenance", null_numbers=True)
+    return cast(Provenance, value)
 
 
 def _read_export(folder: Path, files: list[str]) -> FolderInfo:
@@ -175,7 +181,7 @@ def _read_export(folder: Path, files: list[str]) -> FolderInfo:
         base_rope_parameters=exported["base_rope_parameters"],
         head_dim=exported["head_dim"] or text_config.get("head_dim"),
         rotary_dim=sidecar.get("rotary_dim"),
-        provenance=_as_provenance(exported["provenance"]),
+        provenance=_as_provenance(exported["provenance"], folder / MODEL_CONFIG),
         custom_code=custom_code,
         code_files=[f for f in files if f.endswith(".py")],
         verification=verification if isinstance(verification, dict) else None,

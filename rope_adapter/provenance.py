@@ -66,7 +66,7 @@ class HeldOutScores(TypedDict, total=False):
     worst: float
     base_mean: float
     best_uniform_mean: float | None
-    differences: dict[str, dict[str, float]]  # "found-base" -> {"mean": ..., "worst": ...}
+    differences: dict[str, dict[str, dict[str, Any]]]  # "found-base" -> {"mean": a paired difference, "worst": ...}
     verdict: str
 
 

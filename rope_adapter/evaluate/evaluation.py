@@ -24,7 +24,6 @@ the samples, and a difference whose interval includes 0 is reported as "within n
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
@@ -41,6 +40,7 @@ import torch
 import transformers
 
 import rope_adapter
+from rope_adapter.records import read_json
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.intervals import CONFIDENCE, Interval, paired_t_interval
 from rope_adapter.scoring.loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
@@ -416,8 +416,9 @@ def evaluate_positions(
 
 
 def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a results.json (a folder is taken to hold one)."""
+    """Read a results.json (a folder is taken to hold one): strict JSON holding an object, or a
+    :class:`~rope_adapter.errors.RecordFileError` naming the file."""
     file = Path(path)
     if file.is_dir():
         file = file / "results.json"
-    return json.loads(file.read_text())
+    return read_json(file, dict[str, Any])

@@ -1,0 +1,133 @@
+"""Reading the JSON files the project writes, each checked against its typed record (a ``TypedDict``).
+
+:func:`read_json` parses strictly (``NaN`` and ``Infinity`` are not JSON and are refused: a file holding them was
+not written by rope-adapter's strict writer, :func:`rope_adapter.files.dumps_json`) and checks the value against
+its record with :func:`check_record`: the keys a record requires, and the type of every key it names (keys it does
+not name are kept, as readers show them as they are). Every problem is one
+:class:`~rope_adapter.errors.RecordFileError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+
+from .errors import RecordFileError
+
+__all__ = ["check_record", "loads_json", "read_json"]
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_json(text: str, where: str | os.PathLike[str], record: Any = None, *, null_numbers: bool = False) -> Any:
+    """Parse ``text`` as strict JSON (no ``NaN``/``Infinity``) and check it against ``record`` (a TypedDict or a
+    type such as ``dict[str, Any]``; None checks nothing). ``null_numbers``: a ``float`` field may be null (the
+    writer stores a non-finite number as null)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise RecordFileError(os.fspath(where), "", f"is not valid JSON ({exc})") from exc
+    if record is not None:
+        check_record(value, record, where, null_numbers=null_numbers)
+    return value
+
+
+def read_json(path: str | os.PathLike[str], record: Any = None, *, null_numbers: bool = False) -> Any:
+    """Read ``path`` with :func:`loads_json`; an unreadable file is a :class:`RecordFileError` too."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RecordFileError(os.fspath(path), "", f"cannot be read ({exc})") from exc
+    return loads_json(text, path, record, null_numbers=null_numbers)
+
+
+def _is_typed_dict(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
+
+
+def _name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value)
+    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
+
+
+def check_record(
+    value: Any, record: Any, where: str | os.PathLike[str], field: str = "", *, null_numbers: bool = False
+) -> None:
+    """Raise :class:`RecordFileError` (``where``, the field's path) unless ``value`` matches ``record``."""
+    problem = _mismatch(value, record, field, null_numbers)
+    if problem is not None:
+        raise RecordFileError(os.fspath(where), problem[0], problem[1])
+
+
+def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str, str] | None:  # noqa: PLR0911, PLR0912
+    """(field path, problem) of the first place ``value`` does not match ``tp``, or None."""
+    if tp is Any or tp is object:
+        return None
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        options = get_args(tp)
+        others = [o for o in options if o is not type(None)]
+        if value is not None and len(others) == 1:  # an optional field: the problem of its one type
+            return _mismatch(value, others[0], field, null_numbers)
+        if all(_mismatch(value, option, field, null_numbers) for option in options):
+            names = " or ".join("null" if o is type(None) else _name(o) for o in options)
+            return field, f"must be {names}, found {_describe(value)}"
+        return None
+    if tp is type(None):
+        return None if value is None else (field, f"must be null, found {_describe(value)}")
+    if origin is Literal:
+        return None if value in get_args(tp) else (field, f"must be one of {list(get_args(tp))}, found {value!r}")
+    if _is_typed_dict(tp):
+        if not isinstance(value, dict):
+            return field, f"must be an object ({tp.__name__}), found {_describe(value)}"
+        hints = get_type_hints(tp)
+        for key in sorted(tp.__required_keys__):
+            if key not in value:
+                return (f"{field}.{key}" if field else key), "is missing"
+        for key, hint in hints.items():
+            if key in value:
+                found = _mismatch(value[key], hint, f"{field}.{key}" if field else key, null_numbers)
+                if found:
+                    return found
+        return None
+    if origin in (list, tuple, typing.Sequence) or tp in (list, tuple):
+        if not isinstance(value, list):
+            return field, f"must be a list, found {_describe(value)}"
+        args = get_args(tp)
+        if args and origin is not tuple:
+            for index, item in enumerate(value):
+                found = _mismatch(item, args[0], f"{field}[{index}]", null_numbers)
+                if found:
+                    return found
+        return None
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            return field, f"must be an object, found {_describe(value)}"
+        args = get_args(tp)
+        if args:
+            for key, item in value.items():
+                found = _mismatch(item, args[1], f"{field}.{key}" if field else key, null_numbers)
+                if found:
+                    return found
+        return None
+    if tp is float:
+        if (value is None and null_numbers) or (isinstance(value, int | float) and not isinstance(value, bool)):
+            return None
+        return field, f"must be a number{' or null' if null_numbers else ''}, found {_describe(value)}"
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return None
+        return field, f"must be an integer, found {_describe(value)}"
+    if tp is bool or tp is str:
+        return None if isinstance(value, tp) else (field, f"must be a {_name(tp)}, found {_describe(value)}")
+    return None  # a type JSON does not have (a class): not checked here
