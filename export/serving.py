@@ -1,11 +1,12 @@
 """What vLLM makes of a native export's length, said in the export itself.
 
-vLLM reads a linear RoPE factor f as a context extension: it serves a folder with ``rope_type: linear`` and
-factor f at most f x its maximum length. For a factor above 1 that is what linear scaling is for; for a uniform
-factor below 1 (a native export of an adapter whose factors are all below 1) vLLM would cap the model below the
-length it was trained for. Such an export writes ``model_max_length`` (the full length) into config.json, which
-lets ``--max-model-len FULL`` through vLLM's check without ``VLLM_ALLOW_LONG_MAX_MODEL_LEN``, records what vLLM
-will do in ``lrs_export.json`` (key ``vllm``) and logs it. Pure functions of the folder's JSON files.
+vLLM reads a linear RoPE factor f as a context extension: it serves a folder with ``rope_type: linear`` and factor
+f at most f x its maximum length, and its linear RoPE table holds only that many positions. For a factor above 1
+that is what linear scaling is for; for a uniform factor below 1 (a native export of an adapter whose factors are
+all equal and below 1) vLLM serves the model shorter than transformers does, and a longer ``--max-model-len``
+(which vLLM allows only with ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``) would read past the end of that table. Such an
+export records the length vLLM will serve in ``lrs_export.json`` (key ``vllm``) and logs it. Reads the folder's
+JSON files only.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
-
-from rope_adapter import files
 
 logger = logging.getLogger(__name__)
 
@@ -63,22 +62,19 @@ def vllm_lengths(config: dict[str, Any], tokenizer_config: dict[str, Any] | None
 
 
 def note_vllm_length(folder: Path) -> dict[str, Any] | None:
-    """For a folder vLLM would serve shorter than its full length: write ``model_max_length`` into its
-    config.json, log what vLLM will do and return the note for ``lrs_export.json`` (else None, nothing written)."""
-    config_path = folder / "config.json"
-    config = json.loads(config_path.read_text())
+    """For a folder vLLM serves shorter than its full length: log what vLLM will do and return the note for
+    ``lrs_export.json`` (else None). Writes nothing."""
+    config = json.loads((folder / "config.json").read_text())
     tokenizer_path = folder / "tokenizer_config.json"
     tokenizer_config = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
     lengths = vllm_lengths(config, tokenizer_config)
     if lengths is None or lengths[1] >= lengths[0]:
         return None
     full, served = lengths
-    config.setdefault("model_max_length", full)
-    files.write_json(config_path, config, indent=2, sort_keys=True)
     note = (
-        f"vLLM reads the linear RoPE factor below 1 as a shorter context and serves this folder with at most "
-        f"{served} tokens by default; pass --max-model-len {full} (LLM(..., max_model_len={full})) to keep the full "
-        f"length: config.json's model_max_length allows it"
+        f"vLLM serves this folder with at most {served} tokens, not {full}: it reads the linear RoPE factor below 1 "
+        f"as a shorter context and its linear RoPE table holds only {served} positions (do not raise "
+        f"--max-model-len past it); transformers uses all {full}"
     )
     logger.warning("%s", note)
-    return {"full_max_model_len": full, "default_max_model_len": served, "note": note}
+    return {"full_max_model_len": full, "vllm_max_model_len": served, "note": note}

@@ -33,16 +33,15 @@ def test_linear_factor_scales_the_length_and_the_tokenizer_caps_it_first():
     assert vllm_lengths({"model_type": "llama"}, None) is None
 
 
-def test_uniform_export_below_one_says_what_vllm_does_and_lets_the_full_length_through(tmp_path):
+def test_uniform_export_below_one_says_what_vllm_does(tmp_path):
     peft_model = get_peft_model(tiny_model("llama"), LrsConfig(factors=0.5))
     export_model(peft_model, out=tmp_path / "half", tokenizer=byte_tokenizer(), verify=False)
     config = json.loads((tmp_path / "half" / "config.json").read_text())
     note = json.loads((tmp_path / "half" / SIDECAR_NAME).read_text())["vllm"]
-    assert config["rope_parameters"]["factor"] == 0.5 and config["model_max_length"] == 512
-    assert note["full_max_model_len"] == 512 and note["default_max_model_len"] == 256
-    assert "--max-model-len 512" in note["note"]
+    assert config["rope_parameters"]["factor"] == 0.5 and "model_max_length" not in config
+    assert note["full_max_model_len"] == 512 and note["vllm_max_model_len"] == 256
+    assert "at most 256 tokens, not 512" in note["note"]
 
     peft_model = get_peft_model(tiny_model("llama"), LrsConfig(factors=2.0))
     export_model(peft_model, out=tmp_path / "double", tokenizer=byte_tokenizer(), verify=False)
-    assert "model_max_length" not in json.loads((tmp_path / "double" / "config.json").read_text())
     assert "vllm" not in json.loads((tmp_path / "double" / SIDECAR_NAME).read_text())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from vllm import LLM, SamplingParams
+from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
 NEW_TOKENS = 8
 
@@ -29,8 +30,10 @@ def engine(folder: Path, **kwargs) -> Iterator[LLM]:
     llm = LLM(model=str(folder), dtype="float32", enforce_eager=True, seed=0, **{"max_model_len": 512, **kwargs})
     try:
         yield llm
-    finally:
+    finally:  # shut down now: an engine collected later would tear down the next one's process groups
+        llm.llm_engine.engine_core.shutdown()
         del llm
+        cleanup_dist_env_and_memory()
         gc.collect()
 
 

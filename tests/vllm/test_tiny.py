@@ -1,6 +1,6 @@
 """The vLLM plugin on tiny random models of every architecture it serves: exported per-layer factors give the
 PEFT adapter's log-probs and greedy tokens, factors all 1 give vLLM's own base model, a folder it cannot serve is
-refused in one line, and a uniform export below 1 keeps its full length.
+refused in one line, and a uniform export below 1 is served as long as the export says.
 
 Tolerance: float32 on both sides; measured differences are below 1e-6 (vLLM's CPU attention and fused kernels sum
 in another order than torch). TOL = 1e-5 is ten times that, and every case checks that the factors move the
@@ -17,7 +17,7 @@ import pytest
 import torch
 from peft import get_peft_model
 from testkit.tiny_models import byte_tokenizer, tiny_model
-from testkit.vllm_checks import engine, hf_run, max_diff, same_greedy, vllm_run
+from testkit.vllm_checks import NEW_TOKENS, engine, hf_run, max_diff, same_greedy, vllm_run
 
 from rope_adapter import LrsConfig
 from rope_adapter.export import SIDECAR_NAME, export_model
@@ -124,16 +124,19 @@ def test_a_folder_with_the_wrong_number_of_factors_is_refused_in_one_line(llama_
     assert "3 lrs_factors for 4 decoder layers" in message
 
 
-def test_uniform_export_below_one_keeps_its_full_length(tmp_path):
-    """vLLM reads a linear factor below 1 as a shorter context; the export says so and lets the full length in."""
+def test_uniform_export_below_one_is_served_as_long_as_the_export_says(tmp_path):
+    """vLLM reads a linear factor below 1 as a shorter context; the export states the length vLLM serves, and the
+    model up to that length is the adapter."""
     peft_model = adapted("llama", 0.5)
     folder = export(peft_model, tmp_path / "half")
     note = json.loads((folder / SIDECAR_NAME).read_text())["vllm"]
+    assert note["full_max_model_len"] == 512 and note["vllm_max_model_len"] == 256
+    with pytest.raises(ValueError, match="max_model_len"):  # vLLM's own guard: no longer length by accident
+        with engine(folder, max_model_len=note["full_max_model_len"]):
+            pass
+    prompt = [1, *(3 + i % 250 for i in range(note["vllm_max_model_len"] - NEW_TOKENS - 1))]
     with engine(folder, max_model_len=None) as llm:
-        assert llm.llm_engine.model_config.max_model_len == note["default_max_model_len"] == 256
-    prompt = [1, *(3 + i % 250 for i in range(400))]  # longer than vLLM's default for this folder
-    with engine(folder, max_model_len=note["full_max_model_len"]) as llm:
-        assert llm.llm_engine.model_config.max_model_len == 512
+        assert llm.llm_engine.model_config.max_model_len == note["vllm_max_model_len"]
         served = vllm_run(llm, prompt)
     expected = hf_run(peft_model, prompt)
     assert max_diff(served, expected) < TOL
