@@ -45,3 +45,12 @@ def test_a_cell_keeps_every_invariant(harness, cell):
     assert outcome.violations == [], (outcome.message, outcome.violations)
     if cell.fault != "none" and outcome.fired:
         assert outcome.rc == (2 if cell.fault == "enospc" else 130), outcome.message
+
+
+def test_a_message_with_a_newline_stays_one_line(tmp_path, capsys):
+    from rope_adapter.cli import main
+
+    odd = tmp_path / "two\nlines"
+    assert main(["info", str(odd)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("rope-adapter: error: ") and "two\\nlines" in err, err

@@ -9,8 +9,9 @@ status, seconds instead of a minute of imports on a loaded machine).
 
 ``spec``: ``{"root": sandbox, "umask": 0o027, "fault": "none" | "enospc" | "sigterm" | "sigint", "at": N}``. The
 process sets the umask, then counts the writes it makes under ``root`` (an audit hook: files opened for writing,
-``mkdir``, renames, SQLite databases opened) and at the Nth one injects the fault: ``enospc`` makes that call fail
-with ``OSError(ENOSPC)`` (a full disk; CI cannot rely on mounting a small file system), ``sigterm``/``sigint`` send
+``mkdir``, renames, SQLite databases opened) and at the Nth one injects the fault: ``enospc`` makes that call and
+every later one fail with ``OSError(ENOSPC)`` (a disk that is full from then on; CI cannot rely on mounting a small
+file system; a single failed open would be hidden by fallbacks such as ``tempfile``'s), ``sigterm``/``sigint`` send
 the signal to the process (handled, like a real one, at the next bytecode). ``rc`` is negative when a signal ended
 the process, and then ``writes`` and ``fired`` are None.
 """
@@ -54,10 +55,10 @@ def install(root: str, fault: str, at: int, state: dict) -> None:
         if not (full == root or full.startswith(root + os.sep)):
             return
         state["writes"] += 1
-        if fault == "none" or state["writes"] != at:
+        if fault == "none" or state["writes"] < at:
             return
         state["fired"] = True
-        if fault == "enospc":
+        if fault == "enospc":  # the disk stays full: this write and every later one fail
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
         os.kill(os.getpid(), signal.SIGTERM if fault == "sigterm" else signal.SIGINT)
 
