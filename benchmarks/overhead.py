@@ -1,13 +1,23 @@
-"""Cost of the LRS adapter at inference: base model vs adapter (non-uniform factors), measured in one run.
+"""Cost of the LRS adapter at inference: the base model against the same model with an adapter, three sizes.
 
-A SmolLM2-135M-shaped Llama (30 layers, hidden 576, 9/3 heads, head_dim 64), random weights:
-- prefill latency at 1k, 4k and 16k tokens (only the last token's logits, as `generate` does),
-- decode latency per token with a KV cache,
-- peak memory (peak RSS of a fresh process doing the 16k prefill; peak CUDA memory on a GPU).
-Timings interleave base and adapter runs so machine noise hits both; the median is reported.
-Prints the ratios and writes JSON (default benchmarks/results/overhead.json).
+Random weights in the real shapes (no download): ``tiny`` (Llama, 12 layers, hidden 256), ``smollm2-135m``
+(Llama, 30 layers, hidden 576) and ``qwen2.5-0.5b`` (Qwen2, 24 layers, hidden 896, the Coder-Instruct config).
+The adapter has one factor per layer, all different (the first is 1). For each size:
 
-    .venv/bin/python benchmarks/overhead.py [--lengths 1024,4096,16384] [--repeats 5] [--out FILE]
+- prefill at 1k and 4k tokens (only the last token's logits, as ``generate`` does),
+- decode per token at batch 1 and 8 with a KV cache of 1k tokens (random keys and values: a step's cost does not
+  depend on them; the cache is cropped back after every run),
+- base and adapter runs interleaved (the order alternates), N runs each; reported: the fastest-of-N ratio
+  (adapter's fastest over base's fastest), the median ratio and the spread (paired run-by-run ratios, each
+  variant's slowest over its fastest), with the machine's load average before and after.
+
+Then peak memory (fresh processes, SmolLM2 shape) and ``torch.compile`` on the tiny model (does it trace in one
+graph, are the logits the eager adapter's, what it changes for prefill at 1k). Since a shared machine makes
+whole-step timings noisy, each decode row also times the adapter's own work alone (its rotary wrapper against
+the base rotary, one layer's hook; fastest of 2,000 calls) and gives the ratio that work adds to the base step's
+CPU time. Writes JSON and Markdown (defaults: benchmarks/results/overhead.json and .md):
+
+    .venv/bin/python benchmarks/overhead.py [--sizes tiny,smollm2-135m,qwen2.5-0.5b] [--repeats N] [--threads 1]
 """
 
 from __future__ import annotations
@@ -21,176 +31,293 @@ import time
 from pathlib import Path
 
 import torch
-from machine_info import environment
+from machine_info import cpu_info, load_average
+from overhead_report import markdown
 from peft import get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import rope_adapter
 from rope_adapter import LrsConfig, files
+from rope_adapter.layer import LayerHook
 
-LAYERS = 30
+REPEATS = {"tiny": (9, 5), "smollm2-135m": (5, 2), "qwen2.5-0.5b": (3, 1)}
+"""Default runs per variant (prefill up to 1k and decode, prefill beyond 1k): what fits ~20 minutes on 1 core."""
+
+SIZES = {
+    "tiny": (
+        LlamaForCausalLM,
+        LlamaConfig,
+        dict(vocab_size=32000, hidden_size=256, intermediate_size=1024, num_hidden_layers=12, num_attention_heads=4)
+        | dict(num_key_value_heads=4, head_dim=64, rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    ),
+    "smollm2-135m": (
+        LlamaForCausalLM,
+        LlamaConfig,
+        dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9)
+        | dict(num_key_value_heads=3, head_dim=64, rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+        | dict(tie_word_embeddings=True),
+    ),
+    "qwen2.5-0.5b": (
+        Qwen2ForCausalLM,
+        Qwen2Config,
+        dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14)
+        | dict(num_key_value_heads=2, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
+        | dict(tie_word_embeddings=False),
+    ),
+}
 
 
-def smollm2_shaped(max_positions: int) -> LlamaForCausalLM:
+def build(size: str) -> torch.nn.Module:
+    model_cls, config_cls, kwargs = SIZES[size]
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=LAYERS,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        head_dim=64,
-        max_position_embeddings=max_positions,
-        rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config).eval()
+    return model_cls(config_cls(max_position_embeddings=32768, **kwargs)).eval()
 
 
-def factors() -> list[float]:
-    return [1.0 + 0.5 * (i / (LAYERS - 1)) ** 2 for i in range(LAYERS)]  # non-uniform, all distinct but the first
+def factors(num_layers: int) -> list[float]:
+    return [1.0 + 0.5 * (i / (num_layers - 1)) ** 2 for i in range(num_layers)]  # all different, the first is 1
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def with_adapter(model: torch.nn.Module) -> torch.nn.Module:
+    return get_peft_model(model, LrsConfig(factors=factors(model.config.num_hidden_layers)))
+
+
+def random_cache(config, batch: int, context: int) -> DynamicCache:
+    cache = DynamicCache(config=config)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    gen = torch.Generator().manual_seed(0)
+    for layer in range(config.num_hidden_layers):
+        shape = (batch, config.num_key_value_heads, context, head_dim)
+        cache.update(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen), layer)
+    return cache
+
+
+def clocks() -> tuple[float, float]:
+    """Wall-clock time and this thread's CPU time (with one torch thread all the work runs on it; CPU time leaves
+    out the time spent waiting for a core on a shared machine)."""
+    return time.perf_counter(), time.thread_time()
+
+
+def since(start: tuple[float, float], per: int = 1) -> tuple[float, float]:
+    wall, cpu = clocks()
+    return (wall - start[0]) / per, (cpu - start[1]) / per
 
 
 @torch.inference_mode()
-def prefill_seconds(model, ids: torch.Tensor, device: str) -> float:
-    sync(device)
-    start = time.perf_counter()
+def prefill_seconds(model, ids: torch.Tensor) -> tuple[float, float]:
+    start = clocks()
     model(input_ids=ids, logits_to_keep=1, use_cache=False)
-    sync(device)
-    return time.perf_counter() - start
+    return since(start)
 
 
 @torch.inference_mode()
-def decode_seconds_per_token(model, ids: torch.Tensor, steps: int, device: str) -> float:
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-    cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-    sync(device)
-    start = time.perf_counter()
+def decode_seconds(model, cache: DynamicCache, tokens: torch.Tensor, steps: int) -> tuple[float, float]:
+    """Seconds per token (wall, CPU) over ``steps`` greedy steps from ``cache``, which is cropped back afterwards."""
+    context = cache.get_seq_length()
+    start = clocks()
     for _ in range(steps):
-        out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-        cache, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-    sync(device)
-    return (time.perf_counter() - start) / steps
+        tokens = model(input_ids=tokens, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
+    seconds = since(start, steps)
+    cache.crop(context - cache.get_seq_length())  # a negative count: remove the tokens just decoded
+    return seconds
 
 
-def peak_memory_child(variant: str, length: int, device: str) -> None:
-    """Run in a fresh process: one prefill of ``length`` tokens; print peak memory in bytes."""
+def summary(base: list[float], adapter: list[float]) -> dict:
+    paired = sorted(a / b for a, b in zip(adapter, base, strict=True))
+    return {
+        "fastest_ratio": min(adapter) / min(base),
+        "median_ratio": statistics.median(adapter) / statistics.median(base),
+        "paired_ratio_min": paired[0],
+        "paired_ratio_max": paired[-1],
+        "base_spread": max(base) / min(base),
+        "adapter_spread": max(adapter) / min(adapter),
+        "base_s": base,
+        "adapter_s": adapter,
+    }
+
+
+def interleaved(run, variants: dict, repeats: int) -> dict:
+    """``run`` on each variant ``repeats`` times, the order alternating; summaries of wall and CPU time."""
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+    for r in range(repeats):
+        for name in list(variants) if r % 2 == 0 else list(reversed(variants)):
+            times[name].append(run(variants[name]))
+    return {
+        clock: summary([t[i] for t in times["base"]], [t[i] for t in times["adapter"]])
+        for i, clock in enumerate(("wall", "cpu"))
+    }
+
+
+class Identity(torch.nn.Module):
+    def forward(self, hidden_states: torch.Tensor, **kwargs) -> torch.Tensor:
+        return hidden_states
+
+
+def fastest(fn, calls: int = 2000) -> float:
+    """The fastest of many short calls: a busy machine rarely interrupts one, so this is the work itself."""
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+@torch.inference_mode()
+def added_per_step(base, adapter, batch: int, position: int) -> dict:
+    """The adapter's own work in one decode step, timed alone: its rotary wrapper against the base rotary, plus
+    one decoder layer's hook (the module call with the hook against the same call without) times the layers."""
+    layers = base.config.num_hidden_layers
+    x, pid = torch.zeros(batch, 1, base.config.hidden_size), torch.tensor([[position]])
+    wrapper = rope_adapter.find_rope_site(adapter).backbone.rotary_emb
+    pe = wrapper(x, pid)
+    plain, hooked = Identity(), Identity()
+    hooked.register_forward_pre_hook(LayerHook(layers - 1), with_kwargs=True)
+    rotary = fastest(lambda: wrapper(x, pid)) - fastest(lambda: base.model.rotary_emb(x, pid))
+    hook = fastest(lambda: hooked(x, position_embeddings=pe)) - fastest(lambda: plain(x, position_embeddings=pe))
+    return {"rotary_s": rotary, "hook_s": hook, "added_s": rotary + layers * hook}
+
+
+def measure_size(size: str, args: argparse.Namespace) -> dict:
+    short, long = args.repeats or REPEATS[size][0], args.long_repeats or REPEATS[size][1]
+    base = build(size)
+    adapter = with_adapter(build(size))
+    assert rope_adapter.get_factors(adapter)[-1] == 1.5
+    variants = {"base": base, "adapter": adapter}
+    vocab = base.config.vocab_size
+    result: dict = {"load_before": load_average(), "layers": base.config.num_hidden_layers, "repeats": [short, long]}
+    result["rows"] = {}
+    for length in args.lengths:
+        ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(length))
+        for model in variants.values():  # warm-up
+            prefill_seconds(model, ids[:, :128])
+        repeats = short if length <= 1024 else long
+        row = interleaved(lambda m, ids=ids: prefill_seconds(m, ids), variants, repeats)
+        result["rows"][f"prefill {length // 1024}k" if length % 1024 == 0 else f"prefill {length}"] = row
+        print(f"{size} prefill {length}: {brief(row)}", flush=True)
+    for batch in args.batches:
+        cache = random_cache(base.config, batch, args.decode_context)
+        tokens = torch.randint(0, vocab, (batch, 1), generator=torch.Generator().manual_seed(batch))
+        for model in variants.values():
+            decode_seconds(model, cache, tokens, 2)
+        row = interleaved(lambda m, c=cache, t=tokens, n=args.decode_steps: decode_seconds(m, c, t, n), variants, short)
+        row["added"] = added_per_step(base, adapter, batch, args.decode_context)
+        row["added"]["estimated_ratio"] = 1 + row["added"]["added_s"] / min(row["cpu"]["base_s"])
+        result["rows"][f"decode batch {batch}"] = row
+        print(f"{size} decode batch {batch}: {brief(row)}", flush=True)
+    result["load_after"] = load_average()
+    return result
+
+
+def brief(row: dict) -> str:
+    wall, cpu = row["wall"], row["cpu"]
+    return (
+        f"base {min(wall['base_s']) * 1e3:.1f} ms, adapter {min(wall['adapter_s']) * 1e3:.1f} ms (fastest); "
+        f"ratio fastest {wall['fastest_ratio']:.3f}, median {wall['median_ratio']:.3f}, "
+        f"paired {wall['paired_ratio_min']:.3f}-{wall['paired_ratio_max']:.3f}; CPU time: fastest "
+        f"{cpu['fastest_ratio']:.3f}, median {cpu['median_ratio']:.3f}"
+    )
+
+
+def compile_check(args: argparse.Namespace) -> dict:
+    """torch.compile on the tiny model: graphs and breaks, agreement with eager, prefill at 1k against eager."""
+    from torch._dynamo.utils import counters
+
+    ids = torch.randint(0, 32000, (1, 1024), generator=torch.Generator().manual_seed(7))
+    eager = {"base": build("tiny"), "adapter": with_adapter(build("tiny"))}
+    compiled, info = {}, {}
+    for name, model in eager.items():
+        torch._dynamo.reset()
+        counters.clear()
+        compiled[name] = torch.compile(model.base_model.model if name == "adapter" else model)
+        first = prefill_seconds(compiled[name], ids)[0]
+        info[name] = {
+            "first_call_s": first,
+            "graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+        }
+    with torch.inference_mode():
+        got = compiled["adapter"](input_ids=ids, logits_to_keep=1, use_cache=False).logits
+        want = eager["adapter"](input_ids=ids, logits_to_keep=1, use_cache=False).logits
+    run, repeats = prefill_seconds, args.repeats or REPEATS["tiny"][1]
+    rows = {
+        "compiled adapter vs compiled base": interleaved(lambda m: run(m, ids), compiled, repeats),
+        "compiled base vs eager base": interleaved(
+            lambda m: run(m, ids), {"base": eager["base"], "adapter": compiled["base"]}, repeats
+        ),
+        "compiled adapter vs eager adapter": interleaved(
+            lambda m: run(m, ids), {"base": eager["adapter"], "adapter": compiled["adapter"]}, repeats
+        ),
+    }
+    for label, row in rows.items():
+        print(f"compile, prefill 1k, {label}: {brief(row)}", flush=True)
+    return {"model": "tiny", "prefill": 1024, "max_abs_diff_vs_eager": float((got - want).abs().max()), **info} | {
+        "rows": rows
+    }
+
+
+def memory_child(variant: str, length: int) -> None:
+    """In a fresh process: peak RSS after building the model and after a prefill of ``length`` tokens."""
     import resource
 
-    model = smollm2_shaped(max(length, 8192)).to(device)
+    model = build("smollm2-135m")
     if variant == "adapter":
-        model = get_peft_model(model, LrsConfig(factors=factors()))
-    ids = torch.randint(0, 49152, (1, length), generator=torch.Generator().manual_seed(0)).to(device)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.max_memory_allocated()
-    else:
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    prefill_seconds(model, ids, device)
-    if device.startswith("cuda"):
-        peak = torch.cuda.max_memory_allocated()
-    else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(files.dumps_json({"peak_bytes": peak, "before_bytes": before}))
+        model = with_adapter(model)
+    ids = torch.randint(0, 49152, (1, length), generator=torch.Generator().manual_seed(0))
+    prefill_seconds(model, ids[:, :16])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    prefill_seconds(model, ids)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(files.dumps_json({"before_bytes": before, "peak_bytes": peak}))
 
 
-def peak_memory(variant: str, length: int, device: str) -> dict:
-    cmd = [sys.executable, __file__, "--child", variant, "--lengths", str(length), "--device", device]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+def memory(lengths: list[int], threads: int) -> dict:
+    out = {}
+    for length in lengths:
+        row = {}
+        for variant in ("base", "adapter"):
+            cmd = [sys.executable, __file__, "--child", variant, "--lengths", str(length), "--threads", str(threads)]
+            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            row[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+        row["ratio"] = row["adapter"]["peak_bytes"] / row["base"]["peak_bytes"]
+        out[str(length)] = row
+        print(f"peak RSS, SmolLM2 shape, prefill {length}: ratio {row['ratio']:.3f}", flush=True)
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", default="1024,4096,16384", help="prefill lengths in tokens")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per variant and length (median)")
-    parser.add_argument("--decode-steps", type=int, default=64, help="decoded tokens for the per-token latency")
-    parser.add_argument("--decode-context", type=int, default=1024, help="prompt length before decoding")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, from {', '.join(SIZES)}")
+    parser.add_argument("--lengths", default="1024,4096", help="prefill lengths in tokens")
+    parser.add_argument("--batches", default="1,8", help="decode batch sizes")
+    parser.add_argument("--repeats", type=int, help=f"runs per variant (prefill up to 1k, decode); {REPEATS}")
+    parser.add_argument("--long-repeats", type=int, help="runs per variant for prefill beyond 1k")
+    parser.add_argument("--decode-steps", type=int, default=8, help="tokens decoded per run")
+    parser.add_argument("--decode-context", type=int, default=1024, help="KV cache length before decoding")
+    parser.add_argument("--memory-lengths", default="512", help="prefill lengths for peak memory ('' skips)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile check")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "overhead.json")
     parser.add_argument("--child", choices=["base", "adapter"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    lengths = [int(x) for x in args.lengths.split(",")]
+    torch.set_num_threads(args.threads)
+    args.lengths = [int(x) for x in args.lengths.split(",")]
+    args.batches = [int(x) for x in args.batches.split(",")]
     if args.child:
-        peak_memory_child(args.child, lengths[-1], args.device)
+        memory_child(args.child, args.lengths[-1])
         return
-
-    base = smollm2_shaped(max(max(lengths), 8192)).to(args.device)
-    adapter = get_peft_model(smollm2_shaped(max(max(lengths), 8192)).to(args.device), LrsConfig(factors=factors()))
-    assert rope_adapter.get_factors(adapter)[-1] == factors()[-1]
-    variants = {"base": base, "adapter": adapter}
-    results: dict = {"prefill": {}, "decode": {}, "memory": {}}
-    for length in lengths:
-        ids = torch.randint(0, 49152, (1, length), generator=torch.Generator().manual_seed(length)).to(args.device)
-        for model in variants.values():  # warm-up
-            prefill_seconds(model, ids[:, : min(length, 256)], args.device)
-        times: dict[str, list[float]] = {k: [] for k in variants}
-        repeats = args.repeats if length <= 4096 else max(1, args.repeats // 2)
-        for r in range(repeats):
-            order = list(variants) if r % 2 == 0 else list(reversed(variants))
-            for name in order:
-                times[name].append(prefill_seconds(variants[name], ids, args.device))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        results["prefill"][str(length)] = {
-            "base_s": med["base"],
-            "adapter_s": med["adapter"],
-            "ratio": med["adapter"] / med["base"],
-            "runs": times,
-        }
-        print(
-            f"prefill {length:>6} tokens: base {med['base']:.3f}s  adapter {med['adapter']:.3f}s  "
-            f"ratio {med['adapter'] / med['base']:.3f}",
-            flush=True,
-        )
-
-    ctx = torch.randint(0, 49152, (1, args.decode_context), generator=torch.Generator().manual_seed(1)).to(args.device)
-    dec: dict[str, list[float]] = {k: [] for k in variants}
-    for r in range(args.repeats):
-        order = list(variants) if r % 2 == 0 else list(reversed(variants))
-        for name in order:
-            dec[name].append(decode_seconds_per_token(variants[name], ctx, args.decode_steps, args.device))
-    dmed = {k: statistics.median(v) for k, v in dec.items()}
-    results["decode"] = {
-        "context": args.decode_context,
-        "steps": args.decode_steps,
-        "base_s_per_token": dmed["base"],
-        "adapter_s_per_token": dmed["adapter"],
-        "ratio": dmed["adapter"] / dmed["base"],
-        "runs": dec,
-    }
-    print(
-        f"decode per token: base {dmed['base'] * 1e3:.2f}ms  adapter {dmed['adapter'] * 1e3:.2f}ms  "
-        f"ratio {dmed['adapter'] / dmed['base']:.3f}",
-        flush=True,
-    )
-
-    del base, adapter, variants
-    mem_len = max(lengths)
-    mem = {name: peak_memory(name, mem_len, args.device) for name in ("base", "adapter")}
-    results["memory"] = {
-        "length": mem_len,
-        "base_peak_bytes": mem["base"]["peak_bytes"],
-        "adapter_peak_bytes": mem["adapter"]["peak_bytes"],
-        "ratio": mem["adapter"]["peak_bytes"] / mem["base"]["peak_bytes"],
-        "measure": "peak CUDA allocation" if args.device.startswith("cuda") else "peak RSS of a fresh process",
-    }
-    print(
-        f"peak memory at {mem_len} tokens: base {mem['base']['peak_bytes'] / 2**20:.0f} MiB  adapter "
-        f"{mem['adapter']['peak_bytes'] / 2**20:.0f} MiB  ratio {results['memory']['ratio']:.3f}",
-        flush=True,
-    )
-
-    results["targets"] = {"latency_ratio_max": 1.03, "memory_ratio_max": 1.05}
-    results["environment"] = {"device": args.device, **environment()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    files.write_json(args.out, results, indent=2, newline=False)
-    print(f"wrote {args.out}")
+    started = time.time()
+    results: dict = {"machine": cpu_info(), "load_start": load_average(), "settings": vars(args) | {"out": None}}
+    results["sizes"] = {size: measure_size(size, args) for size in args.sizes.split(",")}
+    if args.memory_lengths:
+        results["memory"] = memory([int(x) for x in args.memory_lengths.split(",")], args.threads)
+    if not args.no_compile:
+        results["compile"] = compile_check(args)
+    results["load_end"] = load_average()
+    results["minutes"] = (time.time() - started) / 60
+    results["target"] = {"fastest_ratio_max": 1.02}
+    files.write_json(args.out, results, indent=1)
+    files.write_text(args.out.with_suffix(".md"), markdown(results))
+    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,13 @@ and each layer's pre-hook only picks its own. What it costs:
 - Layers with equal factors share one table; layers whose factor is exactly 1 use the base rotary's own output.
   Which layer uses which table (a :class:`FactorPlan`) is worked out once per set of factors, not per forward.
 - The tables of all distinct factors are computed in one batched operation, ``[G, batch, tokens, rotary_dim]``.
-- Memory bound: that batch is made only while ``G * batch * tokens * rotary_dim <= TABLE_BUDGET`` (2**22
-  values: 16 MiB for cos and 16 MiB for sin in float32, half that in bf16/fp16; at most 64 MiB of float32
-  intermediates while they are computed). It always holds for decoding and for short prompts (30 distinct
-  factors x 1k tokens x 64 channels is 2.0M values). Beyond it (long prompts, where attention dwarfs this
-  cost), a layer's pair is computed when the layer runs and kept only until a layer with another factor runs,
-  so at most one extra table is alive. Nothing is kept between forwards.
+- Memory bound: that batch is made only while ``G * batch * tokens * rotary_dim <= TABLE_BUDGET`` (2**20
+  values): it keeps at most 4 MiB for cos and 4 MiB for sin in float32 (half that in bf16/fp16) until the
+  forward ends, and needs at most 16 MiB of float32 while they are computed. That covers decoding (30 distinct
+  factors x batch 8 x 128 channels is 30,720 values) and prompts up to 546 tokens with 30 distinct factors and
+  64 channels. Beyond it (longer prompts, where a layer's own work dwarfs its table), a layer's pair is computed
+  when the layer runs and kept only until a layer with another factor runs, so at most one extra table is alive,
+  as before. No table is kept between forwards.
 
 Under ``torch.compile`` the plan is one table per layer read from the factor tensor when the graph runs
 (:func:`compiled_plan`): grouping needs the factors on the host, which a graph cannot do without breaking.
@@ -29,7 +30,7 @@ import torch
 
 from .factors import cos_sin, double_inv_freq
 
-TABLE_BUDGET = 1 << 22
+TABLE_BUDGET = 1 << 20
 """Most values (``G * batch * tokens * rotary_dim``) computed in one batch per forward, see the module docstring."""
 
 BASE = 0  # a slot meaning: this layer uses the base rotary's own (cos, sin) (factor exactly 1)
