@@ -37,7 +37,7 @@ class ProvenanceTask(TypedDict, total=False):
 
     name: str
     data: str  # "generated" or the data file's name
-    pairs: int | None
+    pairs: int | list[int] | None  # a list: a study over several record lengths
     positions: list[int]
     search_records: int
     holdout_records: int

@@ -81,7 +81,11 @@ def length_lines(report: SearchReport) -> list[str]:
                 f"{_cell((diffs.get('found-base') or {}).get('mean'))} | "
                 f"{_cell((diffs.get('found-best_uniform') or {}).get('mean'))} |"
             )
-        if entry["confirmation"]:
-            shown = ", ".join(f"trial {t}: {fmt(v['mean'])}" for t, v in entry["confirmation"].items())
-            lines.append(f"| {entry['pairs']} | | confirmation (mean) | {shown} | | | | |")
+    confirmed = [
+        f"- {e['pairs']} pairs: " + ", ".join(f"trial {t} {fmt(v['mean'])} / {fmt(v['worst'])}" for t, v in c.items())
+        for e in entries
+        if (c := e["confirmation"])
+    ]
+    if confirmed:
+        lines += ["", "Confirmation records, mean / worst by length:", "", *confirmed]
     return [*lines, ""]

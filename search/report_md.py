@@ -37,7 +37,14 @@ def markdown_summary(report: SearchReport) -> str:
     lines = [
         f"# Search report: {report['model']['name']} ({report['model']['num_layers']} layers)",
         "",
-        f"- task: {task['name']} ({task['data']}), positions {task['positions']}, score {task['score']}"
+        f"- task: {task['name']} ({task['data']}), "
+        + (
+            f"record lengths {list(s['pairs'])} pairs, (length:position) keys "
+            f"{[key_label(p, True) for p in task['positions']]}"
+            if is_multi(s["pairs"])
+            else f"positions {task['positions']}"
+        )
+        + f", score {task['score']}"
         + (f" (mean log-prob of the first {task['k']} answer tokens)" if task["k"] else "")
         + f", {task['search_records']} search / {task['holdout_records']} held-out records",
         f"- space: Bezier degree {s['degree']} ({s['x_mode']} xs), factors in [{s['s_min']}, {s['s_max']}]"

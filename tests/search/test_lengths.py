@@ -13,6 +13,8 @@ import pytest
 from testkit.searches import small
 
 from rope_adapter.cli.search import settings_from_argv
+from rope_adapter.provenance import Provenance
+from rope_adapter.records import check_record
 from rope_adapter.search import SearchError, run_search
 from rope_adapter.search.data import SEARCH, length_samples, length_splits, load_split
 from rope_adapter.search.lengths import KEY_BASE, length_key, split_key
@@ -110,3 +112,7 @@ def test_report_has_one_entry_per_length(multi):
     summary = (Path(settings.out) / "search_report.md").read_text()
     assert "## By record length" in summary and "pos 3:2" in summary
     assert (Path(settings.out) / "positions.png").is_file()
+    # the adapter's provenance names both lengths and reads back against its record (as cards read it)
+    provenance = json.loads((Path(settings.out) / "adapter" / "adapter_config.json").read_text())["provenance"]
+    check_record(provenance, Provenance, "adapter_config.json")
+    assert provenance["task"]["pairs"] == [2, 3]
