@@ -12,11 +12,12 @@ from functools import cache
 
 import vllm
 from torch import nn
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from vllm.model_executor.models.registry import ModelRegistry
 
 from ..standalone.names import LrsNames
 from .rotary import apply_layer_factors
-from .served import NOT_SERVED, SERVED, refusal
+from .served import SERVED, refusal
 
 
 def _lrs_arch(base_model_type: str, base_arch: str) -> str:
@@ -24,9 +25,13 @@ def _lrs_arch(base_model_type: str, base_arch: str) -> str:
 
 
 ARCHITECTURES: dict[str, tuple[str, str]] = {
-    _lrs_arch(t, arch): (t, arch) for t, arch in (*SERVED.items(), *NOT_SERVED.items())
+    _lrs_arch(t, arch): (t, arch)
+    for t, arch in (*MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items(), *SERVED.items())
+    if isinstance(arch, str) and "ForCausalLM" in arch
 }
-"""Exported architecture (``LlamaLrsForCausalLM``) -> (base model_type, vLLM's base architecture)."""
+"""Exported architecture (``LlamaLrsForCausalLM``) -> (base model_type, base architecture): the served ones, and
+every other transformers causal LM an export could name (refused in one line: a folder of such a type loads in
+vLLM only with ``trust_remote_code``, and then meets the refusal instead of vLLM's Transformers backend)."""
 
 
 def _vllm_class(base_arch: str) -> type[nn.Module] | None:
@@ -46,13 +51,13 @@ def _served_class(name: str, base_model_type: str, base: type[nn.Module]) -> typ
     return type(name, (base,), {"__init__": __init__, "__doc__": doc, "__module__": __name__, "__qualname__": name})
 
 
-def _refused_class(name: str, base_model_type: str) -> type[nn.Module]:
+def _refused_class(name: str, base_model_type: str, base_arch: str) -> type[nn.Module]:
     """A class vLLM can inspect (a text-generation model) whose construction raises the one-line refusal."""
     stand_in = _vllm_class(SERVED["llama"])
-    has_own = _vllm_class(NOT_SERVED.get(base_model_type, SERVED.get(base_model_type, ""))) is not None
+    has_own = _vllm_class(base_arch) is not None
 
     def __init__(self, *args, **kwargs) -> None:
-        raise refusal(base_model_type, vllm.__version__, has_own)
+        raise refusal(base_model_type, base_arch, vllm.__version__, has_own)
 
     doc = f"Refuses exported {base_model_type}_lrs folders (see rope_adapter.vllm.served.refusal)."
     return type(name, (stand_in,), {"__init__": __init__, "__doc__": doc, "__module__": __name__, "__qualname__": name})
@@ -63,7 +68,9 @@ def model_class(name: str) -> type[nn.Module]:
     """The vLLM model class registered as architecture ``name`` (``LlamaLrsForCausalLM``, ...)."""
     base_model_type, base_arch = ARCHITECTURES[name]
     base = _vllm_class(base_arch) if base_model_type in SERVED else None
-    return _refused_class(name, base_model_type) if base is None else _served_class(name, base_model_type, base)
+    if base is None:
+        return _refused_class(name, base_model_type, base_arch)
+    return _served_class(name, base_model_type, base)
 
 
 def __getattr__(name: str) -> type[nn.Module]:

@@ -33,7 +33,7 @@ def test_the_entry_point_and_the_extra_are_declared():
 
 
 def test_refusal_is_one_line_naming_what_is_missing():
-    message = str(refusal("gpt_neox", "0.32.0", has_own_class=False))
+    message = str(refusal("gpt_neox", "GPTNeoXForCausalLM", "0.32.0", has_own_class=False))
     assert "\n" not in message and "GPTNeoXForCausalLM" in message and "'gpt_neox_lrs'" in message
     assert "llama_lrs" in message and "transformers" in message
 
