@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import RecordFileError
+from .files import dumps_json
 
 __all__ = ["check_record", "loads_json", "read_json"]
 
@@ -56,7 +57,7 @@ def _name(tp: Any) -> str:
 
 
 def _describe(value: Any) -> str:
-    text = json.dumps(value)
+    text = dumps_json(value)  # a value read from strict JSON: always JSON again
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
