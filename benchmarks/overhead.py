@@ -255,19 +255,24 @@ def compile_check(args: argparse.Namespace) -> dict:
     }
 
 
-def memory_child(variant: str, length: int) -> None:
-    """In a fresh process: peak RSS after building the model and after a prefill of ``length`` tokens."""
-    import resource
+def _rss() -> tuple[int, int]:
+    """This process's resident set and its peak since the last reset, in bytes (Linux /proc)."""
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    return tuple(int(fields[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM"))
 
+
+def memory_child(variant: str, length: int) -> None:
+    """In a fresh process: resident memory before a prefill of ``length`` tokens and its peak during it (the peak
+    is reset first, so building the model does not hide the prefill)."""
     model = build("smollm2-135m")
     if variant == "adapter":
         model = with_adapter(model)
     ids = torch.randint(0, 49152, (1, length), generator=torch.Generator().manual_seed(0))
     prefill_seconds(model, ids[:, :16])
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
+    before, _ = _rss()
     prefill_seconds(model, ids)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(files.dumps_json({"before_bytes": before, "peak_bytes": peak}))
+    print(files.dumps_json({"before_bytes": before, "peak_bytes": _rss()[1]}))
 
 
 def memory(lengths: list[int], threads: int) -> dict:
@@ -279,8 +284,13 @@ def memory(lengths: list[int], threads: int) -> dict:
             done = subprocess.run(cmd, capture_output=True, text=True, check=True)
             row[variant] = json.loads(done.stdout.strip().splitlines()[-1])
         row["ratio"] = row["adapter"]["peak_bytes"] / row["base"]["peak_bytes"]
+        added = {v: (row[v]["peak_bytes"] - row[v]["before_bytes"]) / 2**20 for v in ("base", "adapter")}
         out[str(length)] = row
-        print(f"peak RSS, SmolLM2 shape, prefill {length}: ratio {row['ratio']:.3f}", flush=True)
+        print(
+            f"peak RSS, SmolLM2 shape, prefill {length}: ratio {row['ratio']:.3f}; the prefill adds "
+            f"{added['base']:.1f} MiB (base), {added['adapter']:.1f} MiB (adapter)",
+            flush=True,
+        )
     return out
 
 
@@ -293,7 +303,7 @@ def main() -> None:
     parser.add_argument("--long-repeats", type=int, help="runs per variant for prefill beyond 1k")
     parser.add_argument("--decode-steps", type=int, default=8, help="tokens decoded per run")
     parser.add_argument("--decode-context", type=int, default=1024, help="KV cache length before decoding")
-    parser.add_argument("--memory-lengths", default="512", help="prefill lengths for peak memory ('' skips)")
+    parser.add_argument("--memory-lengths", default="128,1024", help="prefill lengths for peak memory ('' skips)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile check")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "overhead.json")

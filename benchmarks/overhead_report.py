@@ -73,14 +73,17 @@ def markdown(results: dict) -> str:
     ]
     if "memory" in results:
         lines += [
-            "## Peak memory (SmolLM2 shape, peak RSS of a fresh process after one prefill)",
+            "## Peak memory (SmolLM2 shape, fresh process, resident set during one prefill)",
             "",
-            "| prefill tokens | base (MiB) | adapter (MiB) | ratio |",
-            "|---|---|---|---|",
+            "| prefill tokens | base peak (MiB) | adapter peak (MiB) | ratio | the prefill adds: base / adapter (MiB) |",
+            "|---|---|---|---|---|",
         ]
         for length, row in results["memory"].items():
             base, adapter = row["base"]["peak_bytes"] / 2**20, row["adapter"]["peak_bytes"] / 2**20
-            lines.append(f"| {length} | {base:,.0f} | {adapter:,.0f} | {row['ratio']:.3f} |")
+            added = [(row[v]["peak_bytes"] - row[v]["before_bytes"]) / 2**20 for v in ("base", "adapter")]
+            lines.append(
+                f"| {length} | {base:,.0f} | {adapter:,.0f} | {row['ratio']:.3f} | {added[0]:.1f} / {added[1]:.1f} |"
+            )
         lines.append("")
     if "compile" in results:
         c = results["compile"]
