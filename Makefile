@@ -6,7 +6,7 @@
 #   make lint    ruff check + ruff format --check
 #   make demo    run the end-to-end demo (rope-adapter demo) on the embedded SmolLM2-135M-Instruct
 #   make test-vllm  run the vLLM tests (tests/vllm) in their own venv .venv-vllm (vLLM pins its own torch and
-#                transformers; made on first use: about 2.5 GB)
+#                transformers; made on first use: about 2.8 GB)
 #   make docs    build the documentation site into site/ (mkdocs build --strict; installs the docs extra if missing)
 #   make clean   remove build outputs and tool caches; `make distclean` also removes .venv and .venv-vllm
 #

@@ -56,7 +56,7 @@ def _refused_class(name: str, base_model_type: str, base_arch: str) -> type[nn.M
     stand_in = _vllm_class(SERVED["llama"])
     has_own = _vllm_class(base_arch) is not None
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *, vllm_config, prefix: str = "", **kwargs) -> None:
         raise refusal(base_model_type, base_arch, vllm.__version__, has_own)
 
     doc = f"Refuses exported {base_model_type}_lrs folders (see rope_adapter.vllm.served.refusal)."
