@@ -135,11 +135,32 @@ def summary(base: list[float], adapter: list[float]) -> dict:
     }
 
 
-def interleaved(run, variants: dict, repeats: int) -> dict:
-    """``run`` on each variant ``repeats`` times, the order alternating; summaries of wall and CPU time."""
-    times: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
+class OneModel:
+    """Base and adapter on the same weights in memory: the adapter is injected before an adapter run and unloaded
+    before a base run (neither is timed), so where the weights lie cannot differ between the two variants (two
+    separately built copies measured a few per cent apart on this machine, either way)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model, self.peft = model, None
+
+    def __getitem__(self, name: str) -> torch.nn.Module:
+        if name == "adapter" and self.peft is None:
+            self.peft = with_adapter(self.model)
+        elif name == "base" and self.peft is not None:
+            self.model, self.peft = self.peft.unload(), None
+        return self.peft if name == "adapter" else self.model
+
+    def __iter__(self):
+        return iter(("base", "adapter"))
+
+
+def interleaved(run, variants, repeats: int) -> dict:
+    """``run`` on each variant (``variants[name]``, for base and adapter) ``repeats`` times, the order
+    alternating; summaries of wall and CPU time."""
+    names = list(variants)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
     for r in range(repeats):
-        for name in list(variants) if r % 2 == 0 else list(reversed(variants)):
+        for name in names if r % 2 == 0 else list(reversed(names)):
             times[name].append(run(variants[name]))
     return {
         clock: summary([t[i] for t in times["base"]], [t[i] for t in times["adapter"]])
@@ -163,44 +184,43 @@ def fastest(fn, calls: int = 2000) -> float:
 
 
 @torch.inference_mode()
-def added_per_step(base, adapter, batch: int, position: int) -> dict:
+def added_per_step(adapter, batch: int, position: int) -> dict:
     """The adapter's own work in one decode step, timed alone: its rotary wrapper against the base rotary, plus
     one decoder layer's hook (the module call with the hook against the same call without) times the layers."""
-    layers = base.config.num_hidden_layers
-    x, pid = torch.zeros(batch, 1, base.config.hidden_size), torch.tensor([[position]])
+    layers = adapter.config.num_hidden_layers
+    x, pid = torch.zeros(batch, 1, adapter.config.hidden_size), torch.tensor([[position]])
     wrapper = rope_adapter.find_rope_site(adapter).backbone.rotary_emb
     pe = wrapper(x, pid)
     plain, hooked = Identity(), Identity()
     hooked.register_forward_pre_hook(LayerHook(layers - 1), with_kwargs=True)
-    rotary = fastest(lambda: wrapper(x, pid)) - fastest(lambda: base.model.rotary_emb(x, pid))
+    rotary = fastest(lambda: wrapper(x, pid)) - fastest(lambda: wrapper.base_layer(x, pid))
     hook = fastest(lambda: hooked(x, position_embeddings=pe)) - fastest(lambda: plain(x, position_embeddings=pe))
     return {"rotary_s": rotary, "hook_s": hook, "added_s": rotary + layers * hook}
 
 
 def measure_size(size: str, args: argparse.Namespace) -> dict:
     short, long = args.repeats or REPEATS[size][0], args.long_repeats or REPEATS[size][1]
-    base = build(size)
-    adapter = with_adapter(build(size))
-    assert rope_adapter.get_factors(adapter)[-1] == 1.5
-    variants = {"base": base, "adapter": adapter}
-    vocab = base.config.vocab_size
-    result: dict = {"load_before": load_average(), "layers": base.config.num_hidden_layers, "repeats": [short, long]}
+    variants = OneModel(build(size))
+    assert rope_adapter.get_factors(variants["adapter"])[-1] == 1.5
+    config = variants["base"].config
+    vocab = config.vocab_size
+    result: dict = {"load_before": load_average(), "layers": config.num_hidden_layers, "repeats": [short, long]}
     result["rows"] = {}
     for length in args.lengths:
         ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(length))
-        for model in variants.values():  # warm-up
-            prefill_seconds(model, ids[:, :128])
+        for name in variants:  # warm-up
+            prefill_seconds(variants[name], ids[:, :512])
         repeats = short if length <= 1024 else long
         row = interleaved(lambda m, ids=ids: prefill_seconds(m, ids), variants, repeats)
         result["rows"][f"prefill {length // 1024}k" if length % 1024 == 0 else f"prefill {length}"] = row
         print(f"{size} prefill {length}: {brief(row)}", flush=True)
     for batch in args.batches:
-        cache = random_cache(base.config, batch, args.decode_context)
+        cache = random_cache(config, batch, args.decode_context)
         tokens = torch.randint(0, vocab, (batch, 1), generator=torch.Generator().manual_seed(batch))
-        for model in variants.values():
-            decode_seconds(model, cache, tokens, 2)
+        for name in variants:
+            decode_seconds(variants[name], cache, tokens, 2)
         row = interleaved(lambda m, c=cache, t=tokens, n=args.decode_steps: decode_seconds(m, c, t, n), variants, short)
-        row["added"] = added_per_step(base, adapter, batch, args.decode_context)
+        row["added"] = added_per_step(variants["adapter"], batch, args.decode_context)
         row["added"]["estimated_ratio"] = 1 + row["added"]["added_s"] / min(row["cpu"]["base_s"])
         result["rows"][f"decode batch {batch}"] = row
         print(f"{size} decode batch {batch}: {brief(row)}", flush=True)
