@@ -103,8 +103,10 @@ def compiling() -> bool:
 def cached_plan(
     plans: dict[str | None, FactorPlan], factors: torch.Tensor, layer_types: list[str] | None, layer_type: str | None
 ) -> FactorPlan:
-    """The plan for ``factors`` from ``plans`` (one per layer type), made again once it is stale."""
-    if compiling():
+    """The plan for ``factors`` from ``plans`` (one per layer type), made again once it is stale. Factors that
+    require grad (d score / d factor, :mod:`rope_adapter.evaluate.sensitivity`) take the per-layer plan, which reads
+    them from the tensor, so autograd sees every layer's factor; nothing is cached for them."""
+    if compiling() or factors.requires_grad:
         return compiled_plan(factors, layer_types, layer_type)
     plan = plans.get(layer_type)
     if plan is None or not plan.matches(factors):
