@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "agreement_above_floor": above_floor,
         "trials": rows,
     }
-    files.write_json((args.out / "score_ranking.json"), data, indent=1)
+    files.write_json((args.out / "score_ranking.json"), files.null_non_finite(data), indent=1)
     best = max(agreement, key=lambda n: agreement[n]["spearman"])
     timing = f"re-scoring {data['seconds_rescoring']:.0f} s"
     if data["trials_without_seconds"]:

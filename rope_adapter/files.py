@@ -256,6 +256,25 @@ def first_non_json(value: Any, field: str = "", *, other_types: bool = False) ->
     return (field or "(the value)", f"a {type(value).__name__} ({value!r:.60})")
 
 
+def null_non_finite(obj: Any) -> Any:
+    """A JSON-ready copy for records whose schema stores a missing number as null: NaN and infinities become None,
+    numpy scalars and arrays plain Python values, paths strings (use it only where null is allowed; elsewhere
+    :func:`dumps_json` refuses the non-finite value, naming its field)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): null_non_finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [null_non_finite(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return null_non_finite(obj.item())
+    if isinstance(obj, np.ndarray):
+        return null_non_finite(obj.tolist())
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
 def dumps_json(
     value: Any,
     *,

@@ -15,7 +15,6 @@ Held-out statistics are paired (every configuration is scored on the same sample
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -393,7 +392,7 @@ def provenance(report: SearchReport) -> Provenance:
             "differences": {k: {"mean": v["mean"], "worst": v["worst"]} for k, v in holdout["differences"].items()},
             "verdict": holdout["verdict"],
         }
-    return _finite(
+    return files.null_non_finite(
         {  # a score that is not a finite number is null, as in search_report.json
             "method": f"bezier-{settings.get('sampler', LEGACY_SAMPLER)}",
             "curve": {
@@ -421,23 +420,6 @@ def provenance(report: SearchReport) -> Provenance:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _finite(obj: Any) -> Any:
-    """JSON-safe copy: NaN and infinities become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return _finite(obj.item())
-    if isinstance(obj, np.ndarray):
-        return _finite(obj.tolist())
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
-
-
 def write_outputs(report: SearchReport, out: Path) -> Path:
     """Write ``search_report.json`` (first, so that a plotting problem cannot lose it), the Markdown summary and
     the figures; returns the JSON path."""
@@ -445,12 +427,12 @@ def write_outputs(report: SearchReport, out: Path) -> Path:
 
     out = Path(out)
     path = out / REPORT_NAME
-    files.write_json(path, _finite(report))
+    files.write_json(path, files.null_non_finite(report))
     # the adapter folder carries what its model card shows, so that `rope-adapter push OUT/adapter` publishes it
     adapter = out / "adapter"
     carried = report.get("holdout") and (adapter / "adapter_config.json").is_file()
     if carried:  # the search's own results record (search/results_record.py)
-        holdout_table(_finite(report)).write(adapter)
+        holdout_table(files.null_non_finite(report)).write(adapter)
     files.write_text(out / SUMMARY_NAME, markdown_summary(report))
     plots.plot_pareto(report, out / "pareto.png")
     plots.plot_factors(report, out / "factors.png")
