@@ -5,7 +5,7 @@
 #                themselves unless ROPE_ADAPTER_TEST_POSTGRES_URL is set; .ci/run sets it)
 #   make lint    ruff check + ruff format --check
 #   make demo    run the end-to-end demo (rope-adapter demo) on the embedded SmolLM2-135M-Instruct
-#   make test-vllm  run the vLLM tests (tests/vllm) in their own venv .venv-vllm (vLLM pins its own torch and
+#   make test-vllm  run the vLLM tests (tests/serving_vllm) in their own venv .venv-vllm (vLLM pins its own torch and
 #                transformers; made on first use: about 2.8 GB)
 #   make docs    build the documentation site into site/ (mkdocs build --strict; installs the docs extra if missing)
 #   make clean   remove build outputs and tool caches; `make distclean` also removes .venv and .venv-vllm
@@ -59,7 +59,7 @@ $(VLLM_STAMP): pyproject.toml
 	touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/vllm $(PYTEST_ARGS)
+	$(VLLM_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/serving_vllm $(PYTEST_ARGS)
 
 lint: venv
 	$(VPY) -m ruff check .

@@ -445,7 +445,8 @@ def test_eval_and_search_spell_shared_flags_alike():
     for argv in (["--pairs", "7", "--positions", "0", "4,9"], ["--num-pairs", "7", "--positions", "0,4,9"]):
         ev_args = parser.parse_args(["eval", *argv, "--task-option", "a=1", "--chat-template"])
         se_args = parser.parse_args(["search", *argv, "--task-arg", "a=1", "--chat-template"])
-        assert ev_args.num_pairs == se_args.pairs == 7
+        assert ev_args.num_pairs == 7
+        assert se_args.pairs == [7]  # search takes several record lengths (--pairs 25 50 75): one is a list of one
         assert ev_args.positions == se_args.positions == [0, 4, 9]
         assert ev_args.task_arg == se_args.task_option == [("a", 1)]
         assert ev_args.chat_template == "on" and se_args.chat_template is True
