@@ -42,7 +42,7 @@ ids = torch.load(f"{work}/input_ids.pt").to(spec["device"])
 with torch.no_grad():
     logits = model(input_ids=ids).logits
 torch.save(logits.cpu(), f"{work}/logits.pt")
-json.dump({"class": type(model).__name__}, open(f"{work}/result.json", "w"))
+json.dump({"class": type(model).__name__}, open(f"{work}/result.json", "w"), allow_nan=False)
 """
 
 

@@ -21,6 +21,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
     torch.set_num_threads(1)
 
 
+@pytest.fixture
+def set_umask():
+    """Set this process's umask for one test; the old one comes back afterwards whatever happens (the test makes no
+    thread, and the suite's processes make no file while it runs)."""
+    old = os.umask(0o022)
+    os.umask(old)
+    try:
+        yield os.umask
+    finally:
+        os.umask(old)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return byte_tokenizer()

@@ -4,7 +4,6 @@ write leaves the old file byte for byte and no temporary, strict JSON that names
 from __future__ import annotations
 
 import errno
-import os
 import pickle
 import stat
 
@@ -13,18 +12,6 @@ import pytest
 
 from rope_adapter import files
 from rope_adapter.errors import FolderFormatError, LrsError, NotJsonError
-
-
-@pytest.fixture
-def set_umask():
-    """Set this process's umask for one test; the old one comes back afterwards whatever happens (the test makes no
-    thread, and the suite's processes make no file while it runs)."""
-    old = os.umask(0o022)
-    os.umask(old)
-    try:
-        yield os.umask
-    finally:
-        os.umask(old)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077, 0o002], ids=oct)

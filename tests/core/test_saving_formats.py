@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import stat
 from pathlib import Path
 
@@ -107,16 +106,6 @@ def test_adapter_config_is_strict_json(tmp_path):
         raise ValueError(f"not JSON: {value}")
 
     json.loads((folder / "adapter_config.json").read_text(), parse_constant=refuse)
-
-
-@pytest.fixture
-def set_umask():
-    old = os.umask(0o022)
-    os.umask(old)
-    try:
-        yield os.umask
-    finally:
-        os.umask(old)
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o077], ids=oct)
