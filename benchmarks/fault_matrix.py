@@ -12,6 +12,7 @@ the invariants (the user's files byte for byte, no temporary left, strict JSON, 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from scrub_paths import scrub  # noqa: E402
 from testkit.faults import COMMANDS, Cell, Runner, make_inputs, matrix, run_cell  # noqa: E402
 
 from rope_adapter import files  # noqa: E402
@@ -109,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         report = run_matrix(tuple(args.commands), work)
     RESULTS.mkdir(parents=True, exist_ok=True)
+    report = json.loads(scrub(files.dumps_json(report, where="fault matrix report"), [str(work)]))  # no local paths
     files.write_json(RESULTS / f"{args.name}.json", report)
     files.write_text(RESULTS / f"{args.name}.md", markdown(report))
     print(f"{report['runs']} runs, {report['runs_with_violations']} with a violation -> {RESULTS / args.name}.md")
