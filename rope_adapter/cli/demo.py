@@ -25,7 +25,7 @@ from pathlib import Path
 from transformers import AutoConfig
 
 from rope_adapter import LrsConfig, LrsError, files
-from rope_adapter.cli import CliError, build_parser, main, output_path
+from rope_adapter.cli import CliError, build_parser, output_path
 from rope_adapter.cli.search import settings_from_args
 from rope_adapter.config import load_lrs_config
 from rope_adapter.embedded import resolve_model_path
@@ -98,7 +98,11 @@ def _step(number: int, title: str, argv: list[str], commands: list[str]) -> None
     command = "rope-adapter " + shlex.join(argv)
     commands.append(command)
     print(f"\n[{number}/5] {title}\n$ {command}", flush=True)
-    code = main(argv)
+    args = _parsed(argv)
+    try:  # the step's error joins the demo's one line (main() would print it as a line of its own)
+        code = int(args.run(args) or 0)
+    except (LrsError, FileNotFoundError) as exc:
+        raise CliError(f"step {number} ({title}) failed: {exc}; rerun it alone: {command}") from exc
     if code != 0:
         raise CliError(f"step {number} ({title}) failed with exit code {code}; rerun it alone: {command}")
 

@@ -34,6 +34,7 @@ FOUND = [
     Cell("analyze", 0o027, "none", "sigterm", 5),  # was: killed, a .decay.json.*.tmp left, no message
     Cell("analyze", 0o077, "none", "enospc", 5),  # was: a traceback and status 1
     Cell("card", 0o027, "none", "sigterm", 2),
+    Cell("demo", 0o027, "none", "enospc", 48),  # was: the search step's error line, then the demo's own: two lines
 ]
 """Cells that broke an invariant before the command line handled SIGTERM and file-system errors for every command."""
 
