@@ -44,6 +44,7 @@ from torch import nn
 from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, get_factors, read_adapter_factors
 from rope_adapter.errors import LrsError
 from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
+from rope_adapter.numbers import parse_number
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
 """RoPE types a variant can set, by their transformers names (``ROPE_INIT_FUNCTIONS`` keys)."""
@@ -111,9 +112,9 @@ def _short(path: str) -> str:
 
 
 def _number(kind: str, text: str, item: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
+    try:  # the command line's one number parser (1e3, 3/2, 1_000 as every numeric flag takes them)
+        value = float(parse_number(text))
+    except (ValueError, OverflowError):
         raise VariantError(f"variant {item!r}: {kind} needs a number, as in {kind}:1.25, got {text!r}") from None
     if not math.isfinite(value) or not FACTOR_MIN <= value <= FACTOR_MAX:
         raise VariantError(

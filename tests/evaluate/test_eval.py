@@ -454,3 +454,9 @@ def test_eval_and_search_spell_shared_flags_alike():
     assert parser.parse_args(["analyze", "--task", "kv-retrieval"]).task == "kv_retrieval"
     with pytest.raises(SystemExit):
         parser.parse_args(["eval", "--positions", "0,x"])
+
+
+@pytest.mark.parametrize("text, value", [("1.25", 1.25), ("3/2", 1.5), ("1_000", 1000.0), ("125e-2", 1.25)])
+def test_variant_factors_parse_as_every_numeric_flag_does(text, value):
+    """`uniform:F` takes a number in the notations every numeric flag takes (rope_adapter.numbers.parse_number)."""
+    assert parse_variants(f"uniform:{text}")[0].uniform == value
