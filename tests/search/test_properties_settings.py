@@ -47,29 +47,28 @@ def _made_or_refused(make, name: str, value, error: type[Exception]):
         return None
 
 
+def _search_settings_as_plain(name: str, form, plain_value, kind: type) -> None:
+    """SearchSettings made with ``form`` equal those made with the plain Python number (or both are refused), and
+    hold the plain type, as strict JSON."""
+    settings = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, form, SearchError)
+    plain = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, plain_value, SearchError)
+    assert (settings is None) == (plain is None)
+    if settings is not None:
+        assert type(getattr(settings, name)) is kind and settings == plain
+        strict_json(settings_dict(settings))
+
+
 @SETTINGS
 @given(st.sampled_from(SEARCH_WHOLE), st.integers(-3, 300), st.data())
 def test_search_whole_numbers_in_any_type(name, n, data):
     """Any type of a number gives what the Python int gives: the same settings, or the same refusal."""
-    form = data.draw(st.sampled_from(int_forms(n)))
-    settings = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, form, SearchError)
-    plain = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, n, SearchError)
-    assert (settings is None) == (plain is None)
-    if settings is not None:
-        assert type(getattr(settings, name)) is int and settings == plain
-        strict_json(settings_dict(settings))
+    _search_settings_as_plain(name, data.draw(st.sampled_from(int_forms(n))), n, int)
 
 
 @SETTINGS
 @given(st.sampled_from(SEARCH_REAL), st.floats(-5, 50, allow_nan=False), st.data())
 def test_search_real_numbers_in_any_type(name, x, data):
-    form = data.draw(st.sampled_from(real_forms(x)))
-    settings = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, form, SearchError)
-    plain = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, x, SearchError)
-    assert (settings is None) == (plain is None)
-    if settings is not None:
-        assert type(getattr(settings, name)) is float and settings == plain
-        strict_json(settings_dict(settings))
+    _search_settings_as_plain(name, data.draw(st.sampled_from(real_forms(x))), x, float)
 
 
 @SETTINGS
