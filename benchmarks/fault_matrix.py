@@ -22,15 +22,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from scrub_paths import scrub  # noqa: E402
-from testkit.faults import COMMANDS, Cell, Runner, make_inputs, matrix, run_cell  # noqa: E402
+from scrub_paths import scrub
+from testkit.faults import COMMANDS, Cell, Runner, make_inputs, matrix, run_cell
 
-from rope_adapter import files  # noqa: E402
+from rope_adapter import files
 
 RESULTS = Path("benchmarks/results")
 
 
-def run_matrix(commands: tuple[str, ...], work: Path, log=print) -> dict:  # noqa: ANN001
+def run_matrix(commands: tuple[str, ...], work: Path, log=print) -> dict:
     """Clean runs first (they give each command's number of writes, so the fault points), then every cell."""
     template = make_inputs(work / "template")
     runs = work / "runs"

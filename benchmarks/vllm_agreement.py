@@ -30,16 +30,16 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-import vllm  # noqa: E402
-from machine_info import cpu_info, load_average  # noqa: E402
-from peft import get_peft_model  # noqa: E402
-from vllm import LLM, SamplingParams  # noqa: E402
+import torch
+import transformers
+import vllm
+from machine_info import cpu_info, load_average
+from peft import get_peft_model
+from vllm import LLM, SamplingParams
 
-from rope_adapter import LrsConfig, files  # noqa: E402
-from rope_adapter.embedded import default_model_dir, load_default_model  # noqa: E402
-from rope_adapter.export import export_model  # noqa: E402
+from rope_adapter import LrsConfig, files
+from rope_adapter.embedded import default_model_dir, load_default_model
+from rope_adapter.export import export_model
 
 RESULTS = Path(__file__).parent / "results" / "vllm_agreement.json"
 

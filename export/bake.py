@@ -270,7 +270,7 @@ def _hub_files(ref: str | None) -> Path | None:
         return None
     try:
         return Path(snapshot_download(ref, allow_patterns=list(COPIED_FILE_PATTERNS)))
-    except Exception as exc:  # noqa: BLE001 - the export still works; the user is told what is missing
+    except Exception as exc:
         logger.warning("cannot fetch the tokenizer files of %s (%s): the export will lack them", ref, exc)
         return None
 
@@ -293,7 +293,7 @@ def _native_rejection(config: PreTrainedConfig, rope_parameters: dict[str, Any] 
     data["rope_parameters"] = rope_parameters
     try:
         type(config).from_dict(data)
-    except Exception as exc:  # noqa: BLE001 - any refusal means: not native
+    except Exception as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         return lines[-1] if lines else type(exc).__name__
     return None

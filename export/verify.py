@@ -100,7 +100,7 @@ def verify_export(
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            preexec_fn=die_with_parent if os.name == "posix" else None,  # noqa: PLW1509 - only a prctl
+            preexec_fn=die_with_parent if os.name == "posix" else None,
         )
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-8:])

@@ -24,7 +24,7 @@ def check_weight_files(folder: Path) -> None:
         try:
             with safe_open(str(path), framework="pt"):
                 pass
-        except Exception as exc:  # noqa: BLE001 - safetensors raises its own error type
+        except Exception as exc:
             raise ExportError(
                 f"{path} is damaged ({str(exc).strip() or type(exc).__name__}): a truncated or interrupted download? "
                 "Fetch or save the model again"

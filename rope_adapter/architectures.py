@@ -170,7 +170,7 @@ def detect_layout(model: nn.Module, rotary: nn.Module, layer_types: list[str] | 
         known = getattr(twin, f"{prefix}inv_freq").float()  # as the buffer holds it (bfloat16 after a cast)
         try:
             out = _probe_output(twin, layer_type, positions)
-        except Exception as exc:  # noqa: BLE001 - any failure means: we cannot tell, so refuse
+        except Exception as exc:
             raise _unsupported(model, f"its rotary module {type(rotary).__name__} fails on a probe ({exc})") from exc
         scaling = float(getattr(twin, f"{prefix}attention_scaling", 1.0))
         found = None

@@ -209,7 +209,7 @@ def _adapter_file(path_or_repo: str | os.PathLike, filename: str, **hub_kwargs: 
         raise AdapterFileError(f"{text}: no such adapter folder (and not a Hub repo id of the form org/name)")
     try:  # a repo id, resolved like transformers and PEFT do
         return Path(cached_file(text, filename, **hub_kwargs))
-    except Exception as exc:  # noqa: BLE001 - one clear line for any download failure
+    except Exception as exc:
         raise AdapterFileError(
             f"cannot read {filename} of {text}: not a local folder, and fetching it failed: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

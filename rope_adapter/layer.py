@@ -28,7 +28,7 @@ class Float32BufferDict(BufferDict):
     def __init__(self) -> None:
         super().__init__(persistent=True)
 
-    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001
+    def _apply(self, fn, recurse: bool = True):
         saved = dict(self._buffers)
         super()._apply(fn, recurse)
         for key, old in saved.items():

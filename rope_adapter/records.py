@@ -70,7 +70,7 @@ def check_record(
         raise RecordFileError(os.fspath(where), problem[0], problem[1])
 
 
-def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str, str] | None:  # noqa: PLR0911, PLR0912
+def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str, str] | None:
     """(field path, problem) of the first place ``value`` does not match ``tp``, or None."""
     if tp is Any or tp is object:
         return None

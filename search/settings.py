@@ -35,7 +35,7 @@ class SearchError(LrsError):
     """Bad search input, reported before any heavy work: the message says what was wrong and what to do."""
 
 
-def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - the metadata key is "help", as in PEFT configs
+def _f(default: Any, help: str, **kw: Any) -> Any:
     if isinstance(default, list | dict):
         return field(default_factory=lambda: type(default)(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
@@ -402,7 +402,7 @@ def redact_url(url: str, keep_user: bool = True) -> str:
         user = parsed.username if keep_user else None
         bare = URL.create(parsed.drivername, user, None, parsed.host, parsed.port, parsed.database, parsed.query)
         return bare.render_as_string(hide_password=False)
-    except Exception:  # noqa: BLE001 - an unparsable URL: hide everything between :// and @
+    except Exception:
         if "://" in url and "@" in url:
             scheme, rest = url.split("://", 1)
             return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"

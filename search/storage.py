@@ -244,14 +244,14 @@ def open_storage(url: str, heartbeat: int = 30) -> Any:
                         grace_period=2 * heartbeat,
                         **stale,
                     )
-                except Exception as exc:  # noqa: BLE001 - retried only when another process creates the schema
+                except Exception as exc:
                     if attempt + 1 == SCHEMA_ATTEMPTS or not _schema_race(exc):
                         raise
                     time.sleep(0.2 * (attempt + 1))
     except (ImportError, ModuleNotFoundError) as exc:
         hint = " (pip install 'rope-adapter[postgres]' for PostgreSQL)" if backend == "postgresql" else ""
         raise SearchError(f"storage {shown!r} needs a database driver that is not installed: {exc}{hint}") from None
-    except Exception as exc:  # noqa: BLE001 - sqlalchemy raises many kinds; one clear line for all of them
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if parsed.password:
             first = first.replace(parsed.password, "***")
@@ -450,7 +450,7 @@ def storage_errors(shown_url: str, *, during_search: bool = False) -> Iterator[N
     Wrap storage calls only: an ``AssertionError`` counts as the storage's only when Optuna raised it."""
     try:
         yield
-    except Exception as exc:  # noqa: BLE001 - storage_failure re-raises what is not the storage's
+    except Exception as exc:
         error = storage_failure(exc, shown_url, during_search=during_search)
         if error is None:
             raise

@@ -379,7 +379,7 @@ def _worker_entry(
         ready.set()
         go.wait()
         run_worker(worker, storage, deadline)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+    except BaseException as exc:
         failure = storage_failure(exc, redact_url(settings.storage_url())) if isinstance(exc, Exception) else None
         errors.put(f"worker {index}: {failure or f'{type(exc).__name__}: {exc}'}")
         ready.set()

@@ -57,7 +57,7 @@ def read_num_layers(settings: SearchSettings) -> int:
         _, config = load_model_config(settings.model)
     except EvalError as exc:
         raise SearchError(str(exc)) from None
-    except Exception as exc:  # noqa: BLE001 - the Hub client raises its own error types
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SearchError(f"cannot read the config of model {settings.model!r}: {first}") from None
     config = getattr(config, "text_config", None) or config
@@ -226,7 +226,7 @@ def check_prompt_lengths(
         if tokenizer is None:
             name = settings.tokenizer or settings.model
             tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
-    except Exception as exc:  # noqa: BLE001 - transformers raises OSError/ValueError/HF errors
+    except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SearchError(f"cannot read the model or tokenizer {settings.model!r}: {first}") from None
     config = getattr(config, "text_config", None) or config

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub unless they start their own test server
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from testkit.tiny_models import byte_tokenizer, tiny_model  # noqa: E402
+from testkit.tiny_models import byte_tokenizer, tiny_model
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: one torch thread each
     import torch

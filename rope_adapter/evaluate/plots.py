@@ -21,16 +21,16 @@ import matplotlib
 from rope_adapter.scoring.metrics import METRICS, PROPORTIONS
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import matplotlib.ticker  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import matplotlib.ticker
+import numpy as np
 
 from rope_adapter import files
 
 _MARKERS = "osD^vP*Xh<>"
 
 
-def _PALETTE(index: int) -> Any:  # noqa: N802 - a colour table, read like a constant
+def _PALETTE(index: int) -> Any:
     cmap = plt.get_cmap("tab10")
     return cmap(index % cmap.N)
 

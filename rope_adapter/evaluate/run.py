@@ -40,7 +40,7 @@ SCORES_GROUP = "scores"
 PPL_GROUP = "extrapolation (--task perplexity)"
 
 
-def _f(default: Any, help: str, **flag: Any) -> Any:  # noqa: A002 - the metadata key is "help", as in SearchSettings
+def _f(default: Any, help: str, **flag: Any) -> Any:
     """A settings field with its flag's help text and shape (``group``, ``flags``, ``choices``, ``metavar``, ...:
     see :mod:`rope_adapter.cli.settings_flags`); ``task_option``: the field is handed to the task, under that
     name (True: its own)."""

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from testkit.samples import ATOL, assert_same, mixed_samples  # noqa: F401
+from testkit.samples import ATOL, assert_same, mixed_samples
 from testkit.tiny_models import byte_tokenizer, tiny_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast

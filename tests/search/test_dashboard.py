@@ -36,7 +36,7 @@ def _wait_for_port(server: subprocess.Popen, port: int) -> None:
 
 
 def _get(port: int, path: str) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}") as response:
         return json.loads(response.read())
 
 

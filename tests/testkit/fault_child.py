@@ -65,7 +65,7 @@ def install(root: str, fault: str, at: int, state: dict) -> None:
     sys.addaudithook(hook)
 
 
-def run_one(request: dict, cli_main) -> None:  # noqa: ANN001 - rope_adapter.cli.main
+def run_one(request: dict, cli_main) -> None:
     """In the forked process: set up, run the command, record the counts, leave with its status."""
     spec = request["spec"]
     state = {"writes": 0, "fired": False}

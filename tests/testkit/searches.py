@@ -83,7 +83,7 @@ def load_trials(settings: SearchSettings):
         return optuna.load_study(study_name=settings.study, storage=storage).get_trials(deepcopy=False)
     except KeyError:  # no such study yet
         return []
-    except Exception as exc:  # noqa: BLE001 - the schema may be half-created while the search process starts
+    except Exception as exc:
         # the search process creates the schema meanwhile: tables missing, locked, or both processes inserting
         # the schema's version row (Optuna's RDBStorage writes it even with skip_table_creation)
         text = f"{exc} {exc.__cause__ or ''} {exc.__context__ or ''}"
