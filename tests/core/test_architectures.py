@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import VOCAB
+from testkit.tiny_models import sharpen_queries_and_keys, tiny_sizes
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_adapter
@@ -33,20 +33,7 @@ REFUSED = {
 def build(arch: str) -> torch.nn.Module:
     """A 2-layer random model of ``arch`` whose RoPE visibly matters (theta 100, larger q/k weights)."""
     torch.manual_seed(0)
-    kw = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
+    kw = tiny_sizes(num_layers=2)
     config = AutoConfig.for_model(arch, **kw)
     text = config.get_text_config()
     for key, value in kw.items():
@@ -55,12 +42,7 @@ def build(arch: str) -> torch.nn.Module:
     params = text.rope_parameters
     keep = {k: v for k, v in params.items() if k == "partial_rotary_factor"}
     text.rope_parameters = {**keep, "rope_type": "default", "rope_theta": 100.0}
-    model = AutoModelForCausalLM.from_config(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and any(k in name for k in ("q_proj", "k_proj", "query_key_value", "qkv")):
-                p.mul_(4.0)
-    return model
+    return sharpen_queries_and_keys(AutoModelForCausalLM.from_config(config)).eval()
 
 
 def native_linear(base: torch.nn.Module, factor: float) -> torch.nn.Module:

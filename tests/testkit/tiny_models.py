@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
@@ -10,22 +12,36 @@ ARCHITECTURES = ["llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma
 VOCAB = 300  # 256 bytes + specials, see byte_tokenizer()
 
 
+def tiny_sizes(num_layers: int = 4) -> dict[str, Any]:
+    """The sizes and special token ids of every tiny model (the byte tokenizer's vocabulary, 4 heads of 16)."""
+    return {
+        "vocab_size": VOCAB,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "max_position_embeddings": 512,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+    }
+
+
+def sharpen_queries_and_keys(model: torch.nn.Module) -> torch.nn.Module:
+    """Multiply the query and key projections by 4 (in place) so that RoPE changes the logits visibly."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and any(k in name for k in ("q_proj", "k_proj", "query_key_value", "qkv")):
+                p.mul_(4.0)
+    return model
+
+
 def tiny_config(arch: str = "llama", num_layers: int = 4, **overrides):
     """A small config of the given model_type whose RoPE visibly matters (long max positions, theta 100)."""
-    kw = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=512,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        tie_word_embeddings=False,
-    )
+    kw = tiny_sizes(num_layers)
     if arch == "gpt_neox":
         kw.pop("num_key_value_heads")
         kw.pop("head_dim")
@@ -55,12 +71,7 @@ def tiny_model(arch: str = "llama", num_layers: int = 4, seed: int = 0, **overri
     torch.manual_seed(seed)
     config = tiny_config(arch, num_layers, **overrides)
     config._attn_implementation = "eager" if arch.startswith("gemma") else "sdpa"
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 2 and ("q_proj" in name or "k_proj" in name or "query_key_value" in name or "qkv" in name):
-                p.mul_(4.0)
-    return model.eval()
+    return sharpen_queries_and_keys(AutoModelForCausalLM.from_config(config)).eval()
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
