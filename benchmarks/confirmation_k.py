@@ -23,7 +23,7 @@ Also read: ``score_ranking_qwen_50pairs_float32/trials.jsonl`` (12 trials of the
 search and 40 held-out records): the held-out accuracy of the trial each K would pick by search score alone, and
 the observed gap of the search-set best.
 
-    .venv/bin/python benchmarks/confirmation_k.py            # writes benchmarks/results/confirmation_k.{json,md}
+    .venv/bin/python benchmarks/confirmation_k.py      # writes benchmarks/results/confirmation_k/confirmation_k.{json,md}
 """
 
 from __future__ import annotations
@@ -35,10 +35,8 @@ from typing import Any
 
 import numpy as np
 import optuna
+from result_files import RESULTS, write_summary
 
-from rope_adapter import files
-
-RESULTS = Path(__file__).resolve().parent / "results"
 STUDIES = {
     "qwen_50pairs_gp": RESULTS / "search_qwen_50pairs_gp_bf16" / "study.db",
     "qwen_50pairs": RESULTS / "search_qwen_50pairs" / "study.db",
@@ -249,15 +247,13 @@ def markdown(results: dict[str, Any], check: dict[str, Any] | None, choice: dict
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=RESULTS / "confirmation_k")
+    parser.add_argument("--out", type=Path, default=RESULTS / "confirmation_k", help="result folder")
     args = parser.parse_args(argv)
     results = {name: replay(name, path, args.seed) for name, path in STUDIES.items() if path.is_file()}
     check = rescored_check()
     choice = recommend(results)
     data = {"draws": DRAWS, "seed": args.seed, "studies": results, "rescored_check": check, "recommended": choice}
-    files.write_json(args.out.with_suffix(".json"), data)
-    files.write_text(args.out.with_suffix(".md"), markdown(results, check, choice))
-    print(markdown(results, check, choice))
+    write_summary(args.out, data, markdown(results, check, choice))
     return 0
 
 

@@ -5,7 +5,7 @@ current code re-scores each trial's factors on the study's first racing stage of
 the search flags give (``--dtype bfloat16``), and compares the per-sample scores with the float32 ones the study
 stored (``sample_scores``): how often the benchmark's verdict (teacher-forced exact match) agrees, how far the
 scores move, and whether the trials keep their order. Also times one forward pass of a record's length in both
-dtypes on this machine (tokens per second). Writes ``<out>.json`` and ``<out>.md``.
+dtypes on this machine (tokens per second). Writes ``<out>/<out name>.json`` and ``.md``.
 
     .venv/bin/python benchmarks/dtype_agreement.py --storage sqlite:///<copy of study.db> --trials 0 3 12 \\
         --out benchmarks/results/dtype_agreement_qwen_50pairs -- <the study's search flags> --dtype bfloat16
@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import torch
+from result_files import write_summary
 from search_args import parse_with_search_flags
 
 from rope_adapter import files
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", required=True, help="storage URL of the float32 study (a copy: Optuna may write)")
     p.add_argument("--study", default="lrs-search")
     p.add_argument("--trials", type=int, nargs="+", required=True, help="trial numbers to re-score")
-    p.add_argument("--out", type=Path, required=True, help="output path without suffix")
+    p.add_argument("--out", type=Path, required=True, help="result folder")
     args, settings = parse_with_search_flags(p, argv)
     study = optuna.load_study(study_name=args.study, storage=args.storage)
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
@@ -96,8 +97,6 @@ def main(argv: list[str] | None = None) -> int:
         "order_other": order_new,
         "trials": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    files.write_json(args.out.with_suffix(".json"), data, indent=1)
     lines = [
         f"# Scores in {worker.dtype} against the float32 study: {settings.model}, {settings.pairs} pairs",
         "",
@@ -122,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in speed.items())
         + f" ({speed['bfloat16'] / speed['float32']:.1f}x).",
     ]
-    files.write_text(args.out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_summary(args.out, data, "\n".join(lines) + "\n", indent=1)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Is bfloat16 faster than float32 on this CPU? One matmul of a Qwen2.5-0.5B MLP's shape (1024 tokens x 896 ->
 4864) in both dtypes on the given threads, median of repeats; the ratio is what to read (about 4x faster with AMX,
-about 4x slower without). Writes ``<out>.json``.
+about 4x slower without). Writes ``<out>/<out name>.json``.
 
     .venv/bin/python benchmarks/dtype_speed.py --out benchmarks/results/dtype_speed
 """
@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import torch
+from result_files import result_file
 
 from rope_adapter import files
 from rope_adapter.scoring.loading import cpu_bfloat16_flags
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--out", type=Path, required=True, help="output path without suffix (.json)")
+    parser.add_argument("--out", type=Path, required=True, help="result folder (the JSON is named after it)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cpu_flags = cpu_bfloat16_flags() or {"amx_bf16": None, "avx512_bf16": None}  # None: no /proc/cpuinfo
@@ -49,8 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.machine(),
         "torch": torch.__version__,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    files.write_json(args.out.with_suffix(".json"), result, indent=2)
+    args.out.mkdir(parents=True, exist_ok=True)
+    files.write_json(result_file(args.out, ".json"), result, indent=2)
     print(files.dumps_json(result, indent=2))
     return 0
 

@@ -8,8 +8,8 @@ positions, so the prompts share their JSON prefix):
 - gold log-prob: `token_logprobs` with the shared prefix vs one full forward pass per sample (the plain
   computation, `shared_prefix=False`); the scores must agree.
 
-Reports samples/s for each and the ratios, and writes JSON and a Markdown summary
-(default benchmarks/results/eval_throughput.{json,md}).
+Reports samples/s for each and the ratios, and writes JSON and a Markdown summary into its result folder
+(default benchmarks/results/eval_throughput/eval_throughput.{json,md}).
 
     .venv/bin/python benchmarks/eval_throughput.py [--records 4] [--pairs 20] [--positions 5]
 """
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 from machine_info import environment, timed
+from result_files import RESULTS, write_summary
 
-from rope_adapter import files
 from rope_adapter.embedded import load_default_model
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20, help="key-value pairs per record")
     parser.add_argument("--positions", type=int, default=5, help="gold positions per record")
     parser.add_argument("--batch-size", type=int, default=4, help="record sets per forward pass (our scorer)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "eval_throughput.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "eval_throughput", help="result folder")
     args = parser.parse_args()
 
     model, tokenizer = load_default_model()
@@ -88,8 +88,6 @@ def main() -> None:
         },
         "environment": environment(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    files.write_json(args.out, results, indent=2, newline=False)
     g, lp = results["greedy"], results["logprob"]
     md = [
         "# Evaluation throughput",
@@ -106,9 +104,7 @@ def main() -> None:
         f"sample) | {lp['speedup']:.2f}x | max diff {lp_diff:.2e} |",
         "",
     ]
-    files.write_text(args.out.with_suffix(".md"), "\n".join(md))
-    print("\n".join(md))
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_summary(args.out, results, "\n".join(md), indent=2, newline=False)
 
 
 if __name__ == "__main__":

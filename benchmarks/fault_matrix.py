@@ -4,7 +4,7 @@ SIGTERM or SIGINT at the first, middle and last write a clean run of the command
 the invariants (the user's files byte for byte, no temporary left, strict JSON, modes from the umask, exit status
 0/2/130 and one line); the test suite runs a seeded sample of the same cells (tests/cli/test_fault_matrix.py).
 
-    .venv/bin/python benchmarks/fault_matrix.py   # -> benchmarks/results/fault_matrix.{json,md}
+    .venv/bin/python benchmarks/fault_matrix.py   # -> benchmarks/results/fault_matrix/fault_matrix.{json,md}
 
 ``--commands`` limits the commands (e.g. ``--commands card export``); ``--work`` keeps the sandboxes there.
 """
@@ -22,12 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from result_files import RESULTS, result_file
 from scrub_paths import scrub
 from testkit.faults import COMMANDS, Cell, Runner, make_inputs, matrix, run_cell
 
 from rope_adapter import files
-
-RESULTS = Path("benchmarks/results")
 
 
 def run_matrix(commands: tuple[str, ...], work: Path, log=print) -> dict:
@@ -104,17 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commands", nargs="+", default=list(COMMANDS), choices=COMMANDS)
     parser.add_argument("--work", type=Path, default=None, help="keep the sandboxes in this (new) folder")
-    parser.add_argument("--name", default="fault_matrix", help="file name of the results (without suffix)")
+    parser.add_argument(
+        "--name", default="fault_matrix", help="result folder under benchmarks/results/ (and file name)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         report = run_matrix(tuple(args.commands), work)
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    folder = RESULTS / args.name
+    folder.mkdir(parents=True, exist_ok=True)
     report = json.loads(scrub(files.dumps_json(report, where="fault matrix report"), [str(work)]))  # no local paths
-    files.write_json(RESULTS / f"{args.name}.json", report)
-    files.write_text(RESULTS / f"{args.name}.md", markdown(report))
-    print(f"{report['runs']} runs, {report['runs_with_violations']} with a violation -> {RESULTS / args.name}.md")
+    files.write_json(result_file(folder, ".json"), report)
+    files.write_text(result_file(folder, ".md"), markdown(report))
+    print(f"{report['runs']} runs, {report['runs_with_violations']} with a violation -> {result_file(folder, '.md')}")
     return 1 if report["runs_with_violations"] else 0
 
 

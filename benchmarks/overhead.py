@@ -15,7 +15,7 @@ Then peak memory (fresh processes, SmolLM2 shape) and ``torch.compile`` on the t
 graph, are the logits the eager adapter's, what it changes for prefill at 1k). Since a shared machine makes
 whole-step timings noisy, each decode row also times the adapter's own work alone (its rotary wrapper against
 the base rotary, one layer's hook; fastest of 2,000 calls) and gives the ratio that work adds to the base step's
-CPU time. Writes JSON and Markdown (defaults: benchmarks/results/overhead.json and .md):
+CPU time. Writes JSON and Markdown into its result folder (default: benchmarks/results/overhead/overhead.json and .md):
 
     .venv/bin/python benchmarks/overhead.py [--sizes tiny,smollm2-135m,qwen2.5-0.5b] [--repeats N] [--threads 1]
 """
@@ -34,6 +34,7 @@ import torch
 from machine_info import cpu_info, load_average
 from overhead_report import markdown
 from peft import get_peft_model
+from result_files import RESULTS, write_summary
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import rope_adapter
@@ -326,7 +327,7 @@ def main() -> None:
     parser.add_argument("--memory-lengths", default="128,1024", help="prefill lengths for peak memory ('' skips)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile check")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "overhead.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "overhead", help="result folder")
     parser.add_argument("--child", choices=["base", "adapter"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -345,9 +346,7 @@ def main() -> None:
     results["load_end"] = load_average()
     results["minutes"] = (time.time() - started) / 60
     results["target"] = {"fastest_ratio_max": 1.02}
-    files.write_json(args.out, results, indent=1)
-    files.write_text(args.out.with_suffix(".md"), markdown(results))
-    print(f"wrote {args.out} and {args.out.with_suffix('.md')}")
+    write_summary(args.out, results, markdown(results), indent=1)
 
 
 if __name__ == "__main__":

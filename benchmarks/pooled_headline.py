@@ -16,7 +16,7 @@ set's within-set sum of squares plus ``n_i (mean_i - pooled mean)^2``, so the po
 - 1) is the one ``benchmarks/pair_eval_results.py`` gives over the same records' raw samples
 (``tests/evaluate/test_pooled_headline.py`` checks both).
 
-    .venv/bin/python benchmarks/pooled_headline.py   # -> benchmarks/results/pooled_headline.{json,md}
+    .venv/bin/python benchmarks/pooled_headline.py   # -> benchmarks/results/pooled_headline/pooled_headline.{json,md}
 """
 
 from __future__ import annotations
@@ -325,14 +325,18 @@ CURVES = (
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=RESULTS / "pooled_headline.md", help="Markdown; JSON beside it")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS / "pooled_headline", help="result folder (its Markdown and JSON)"
+    )
     args = parser.parse_args()
     results = [evaluate_curve(c) for c in CURVES]
     text = markdown(results)
     print(text)
     out = args.out if args.out.is_absolute() else ROOT / args.out
-    files.write_text(out, text)
-    files.write_json(out.with_suffix(".json"), results, indent=1)
+    out.mkdir(parents=True, exist_ok=True)
+    result_file = _load_sibling("result_files").result_file
+    files.write_text(result_file(out, ".md"), text)
+    files.write_json(result_file(out, ".json"), results, indent=1)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ Then the racing study is replayed with full scoring: every trial racing stopped 
 and the choice is made again on full scores. The report says whether racing picked the same trial, and how many
 forward passes it saved.
 
-Writes JSON and Markdown (default benchmarks/results/racing_<model>.{json,md}) and keeps both study folders.
+Writes JSON and Markdown into its result folder (default benchmarks/results/racing_<model>/racing_<model>.{json,md})
+beside both study folders (plain/, racing/).
 
     .venv/bin/python benchmarks/racing.py --model smollm2-135m-instruct --pairs 10 --search-records 20 \\
         --holdout-records 20 --max-records 1200
@@ -23,13 +24,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from machine_info import environment
+from result_files import RESULTS, write_summary
 
-from rope_adapter import files
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.report import choose, trial_record
-from rope_adapter.search.storage import open_storage
+from rope_adapter.search.storage_url import open_storage
 from rope_adapter.search.worker import make_worker
 
 
@@ -129,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
 
     slug = Path(args.model).name.lower()
-    out = args.out or Path(__file__).parent / "results" / f"racing_{slug}"
+    out = args.out or RESULTS / f"racing_{slug}"
     base = budget_settings(args)
     arms = {}
     for name, race in (("racing", (0.2, 0.5)), ("plain", ())):
@@ -150,12 +151,9 @@ def main() -> None:
 
 
 def write(results: dict, out: Path) -> None:
-    """``<out>.json`` and ``<out>.md`` from the results dict."""
+    """``<out>/<out name>.json`` and ``.md`` from the results dict."""
     args = results["settings"]
     arms = results["arms"]
-    out.mkdir(parents=True, exist_ok=True)
-    path = out.with_suffix(".json")
-    files.write_json(path, results, indent=2, default=str)
     md = [
         f"# Racing vs plain NSGA-II: {results['model']}, {args['pairs']} pairs",
         "",
@@ -184,9 +182,7 @@ def write(results: dict, out: Path) -> None:
         f"{rep['full_scoring_choice']} ({'the same' if rep['same_trial'] else 'a different one'}).",
         "",
     ]
-    files.write_text(path.with_suffix(".md"), "\n".join(md))
-    print("\n".join(md))
-    print(f"wrote {path} and {path.with_suffix('.md')}")
+    write_summary(out, results, "\n".join(md), indent=2, default=str)
 
 
 if __name__ == "__main__":

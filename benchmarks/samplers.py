@@ -7,13 +7,13 @@ and the found curve on the same held-out records (teacher-forced accuracy, paire
 every arm is judged on records no search saw, in the benchmark's metric.
 
 Resumable: a finished run (its ``search_report.json`` has a held-out section) is read back, not run again.
-Writes ``<out>.json`` and ``<out>.md``.
+Writes ``<out>/<out name>.json`` and ``.md`` beside the runs' folders.
 
     .venv/bin/python benchmarks/samplers.py --arms nsga2:answer gp:answer tpe:answer --seeds 0 1 2 \\
         --out benchmarks/results/samplers_smollm2_10pairs
 
 With ``--dtype bfloat16`` every search and held-out step runs in bfloat16 (on a CPU with AMX several times faster;
-``benchmarks/results/dtype_agreement_qwen_50pairs.md`` measures it on Qwen and compares the verdicts with float32).
+``benchmarks/results/dtype_agreement_qwen_50pairs/`` measures it on Qwen and compares the verdicts with float32).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from machine_info import environment
 from racing import _interval, budget_settings, summarise
+from result_files import write_summary
 from scipy import stats
 
-from rope_adapter import files
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.search import SearchSettings, run_search
 
@@ -117,7 +117,6 @@ def main() -> None:
 
 def write(results: dict, runs: dict, args: argparse.Namespace) -> None:
     out = args.out
-    out.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         f"# Samplers and scores at the same budget: {args.model}, {args.pairs} pairs",
         "",
@@ -167,9 +166,7 @@ def write(results: dict, runs: dict, args: argparse.Namespace) -> None:
             o = by_other[other]
             cells += [_interval(o["difference"]), f"{o['wins']} / {o['losses']}"]
         lines.append(f"| {arm} | {by_other['base']['seeds']} | " + " | ".join(cells) + " |")
-    files.write_json(out.with_suffix(".json"), results, indent=2, default=str)
-    files.write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_summary(out, results, "\n".join(lines) + "\n", indent=2, default=str)
 
 
 if __name__ == "__main__":

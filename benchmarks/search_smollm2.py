@@ -5,10 +5,11 @@ answer tokens at 5 gold positions, search records and other (held-out) records d
 run (model load, search, held-out scoring of base / best uniform / found factors) is kept within --budget-minutes:
 the search stops starting trials when the measured trial cost says the held-out evaluation would not fit.
 
-Writes JSON and Markdown next to the search's own output folder:
+Writes JSON and Markdown into the search's own output folder:
 
-    benchmarks/results/search_smollm2[_LABEL].json / .md      this summary
-    benchmarks/results/search_smollm2[_LABEL]/                 adapter/, search_report.json/.md, *.png, study.db
+    benchmarks/results/search_smollm2[_LABEL]/search_smollm2[_LABEL].json / .md   this summary
+    benchmarks/results/search_smollm2[_LABEL]/        adapter/, search_report.json/.md, *.png, study.db
+    benchmarks/results/search_smollm2_overhead/search_smollm2_overhead.json      --overhead-only
 
     .venv/bin/python benchmarks/search_smollm2.py [--budget-minutes 20] [--label NAME] [--search-records 6] ...
     .venv/bin/python benchmarks/search_smollm2.py --overhead-only     # trial cost vs bare forward passes
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import torch
 from machine_info import cpu_info, load_average
+from result_files import result_file, write_summary
 
 from rope_adapter import files
 from rope_adapter.search import SearchSettings, run_search
@@ -181,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         load_before = load_average()
         overhead = measure_overhead(settings, args.repeats)
         overhead.update(load_average_before=load_before, load_average_after=load_average(), machine=cpu_info())
-        files.write_json((args.results / "search_smollm2_overhead.json"), overhead, indent=1)
+        folder = args.results / "search_smollm2_overhead"
+        folder.mkdir(parents=True, exist_ok=True)
+        files.write_json(result_file(folder, ".json"), overhead, indent=1)
         print(files.dumps_json(overhead, indent=1))
         return 0
     start = time.time()
@@ -214,7 +218,6 @@ def main(argv: list[str] | None = None) -> int:
         "verdict": holdout.get("verdict"),
         "outputs": str(out),
     }
-    files.write_json((args.results / f"{name}.json"), summary, indent=1, default=str)
     md = [
         f"# {name}: factor search on SmolLM2-135M-Instruct",
         "",
@@ -238,8 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         Path(result.out_dir / "search_report.md").read_text().split("\n", 2)[2],
     ]
-    files.write_text((args.results / f"{name}.md"), "\n".join(md))
-    print("\n".join(md))
+    write_summary(out, summary, "\n".join(md), indent=1, default=str)
     return 0
 
 

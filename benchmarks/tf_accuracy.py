@@ -7,7 +7,8 @@ benchmark's rule accepts any answer that contains the value, and a model may ope
 or not (`' ' + value`). This script scores both forms and compares each verdict, and their union, with real
 greedy decoding judged by the benchmark's rule (`rope_adapter.scoring.generation.greedy_accuracy`).
 
-Writes JSON and Markdown (default benchmarks/results/tf_accuracy_<model>_<pairs>.{json,md}).
+Writes JSON and Markdown into its result folder (``--out``; default
+benchmarks/results/tf_accuracy_<model>_<pairs>pairs/, the files named after the folder).
 
     .venv/bin/python benchmarks/tf_accuracy.py --model smollm2-135m-instruct --pairs 10 --records 20
     .venv/bin/python benchmarks/tf_accuracy.py --model qwen2.5-coder-0.5b-instruct --pairs 50 --records 6
@@ -21,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from machine_info import environment, timed
+from result_files import RESULTS, write_summary
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rope_adapter import files
 from rope_adapter.embedded import resolve_model_path
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
@@ -40,7 +41,7 @@ def main() -> None:
     parser.add_argument("--positions", type=int, default=5, help="gold positions per record")
     parser.add_argument("--seed", type=int, default=11, help="seed of the generated records")
     parser.add_argument("--batch-size", type=int, default=1, help="records per forward pass")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="result folder")
     args = parser.parse_args()
 
     path = resolve_model_path(args.model)
@@ -113,9 +114,7 @@ def main() -> None:
         environment=environment(),
     )
     slug = Path(str(args.model)).name.lower()
-    out = args.out or Path(__file__).parent / "results" / f"tf_accuracy_{slug}_{args.pairs}pairs.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    files.write_json(out, results, indent=2)
+    out = args.out or RESULTS / f"tf_accuracy_{slug}_{args.pairs}pairs"
     md = [
         f"# Teacher-forced accuracy vs greedy decoding: {args.model}, {args.pairs} pairs",
         "",
@@ -146,10 +145,8 @@ def main() -> None:
         f"--records {args.records} --positions {args.positions} --seed {args.seed}`",
         "",
     ]
-    files.write_text(out.with_suffix(".md"), "\n".join(md))
-    print("\n".join(md))
+    write_summary(out, results, "\n".join(md), indent=2)
     print(f"disagreements: {len(results['disagreements'])}; {np.round(greedy.correct.mean(), 3)}")
-    print(f"wrote {out} and {out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ The embedded SmolLM2 (fetched once from PyPI into the user cache) with an adapte
   one prompt after another) against vLLM (one prompt after another, and all prompts in one call), fastest of
   ``--repeats``; the ratio is transformers' time over vLLM's.
 
-Writes ``benchmarks/results/vllm_agreement.json`` and ``.md`` (with the machine and its load).
+Writes ``benchmarks/results/vllm_agreement/vllm_agreement.json`` and ``.md`` (with the machine and its load).
 """
 
 from __future__ import annotations
@@ -35,13 +35,12 @@ import transformers
 import vllm
 from machine_info import cpu_info, load_average
 from peft import get_peft_model
+from result_files import RESULTS, write_summary
 from vllm import LLM, SamplingParams
 
-from rope_adapter import LrsConfig, files
+from rope_adapter import LrsConfig
 from rope_adapter.embedded import default_model_dir, load_default_model
 from rope_adapter.export import export_model
-
-RESULTS = Path(__file__).parent / "results" / "vllm_agreement.json"
 
 
 def prompt_ids(tokenizer, length: int, seed: int) -> list[int]:
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--work", type=Path, default=Path("runs/vllm_agreement"), help="where the export is written")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=RESULTS / "vllm_agreement", help="result folder")
     args = parser.parse_args(argv)
     load_before = load_average()
     model, tokenizer = load_default_model()
@@ -230,9 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_before": load_before,
         "load_after": load_average(),
     }
-    files.write_json(args.out, results, indent=1)
-    files.write_text(args.out.with_suffix(".md"), markdown(results))
-    print(markdown(results))
+    write_summary(args.out, results, markdown(results), indent=1)
 
 
 if __name__ == "__main__":
