@@ -58,10 +58,10 @@ def bfloat16_hint(dtype: str, device: str | torch.device | None) -> str | None:
 
     - float32 (or ``auto``) on a CPU whose AMX tiles make bfloat16 several times faster (measured 4.3x on a
       3.5k-token Qwen record, with the same teacher-forced verdicts on 158 of 160 samples:
-      benchmarks/results/dtype_agreement_qwen_50pairs.md). ``auto`` stays float32 on CPUs, so that a study's dtype
+      benchmarks/results/dtype_agreement_qwen_50pairs/). ``auto`` stays float32 on CPUs, so that a study's dtype
       does not depend on the machine it resumes on;
     - bfloat16 on a CPU with neither AMX nor AVX512-BF16, where its matmuls are emulated and ran 4.7x slower than
-      float32 (benchmarks/results/dtype_speed_no_amx.json).
+      float32 (benchmarks/results/dtype_speed_no_amx/dtype_speed_no_amx.json).
     """
     if resolve_device(device).type != "cpu":
         return None

@@ -49,10 +49,10 @@ def test_two_committed_eval_sets_pool_as_pair_eval_results_pools_their_samples(h
 
 
 def test_the_committed_headline_is_what_the_committed_results_give(headline):
-    committed = json.loads((BENCHMARKS / "results" / "pooled_headline.json").read_text())
+    committed = json.loads((BENCHMARKS / "results" / "pooled_headline" / "pooled_headline.json").read_text())
     fresh = json.loads(json.dumps([headline.evaluate_curve(c) for c in headline.CURVES]))
     assert fresh == committed
-    assert (BENCHMARKS / "results" / "pooled_headline.md").read_text() == headline.markdown(fresh)
+    assert (BENCHMARKS / "results" / "pooled_headline" / "pooled_headline.md").read_text() == headline.markdown(fresh)
     # every curve's pooled records are the sum of its sets' records: no set left out
     for curve in fresh:
         sets = sum(s["found - best_uniform"]["records"] for s in curve["per_set"])
