@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The held-out verdict of this study (issue 17 item 4), once it holds >= 60 scored searched curves:
+# The held-out verdict of the Qwen GP study in bfloat16 (benchmarks/results/search_qwen_50pairs_gp_bf16/, issue 17
+# item 4), once it holds >= 60 scored searched curves:
 #   1. the study's outputs without new trials: the chosen adapter, search_report.json and the search's own held-out
 #      split (40 records x 5 positions), by resuming the same command with --trials 1 (the study holds more);
 #   2. benchmarks/heldout_eval.sh on records the search never saw: 60 fresh records x 5 positions (seed 7),
@@ -9,32 +10,36 @@
 #      bootstrap intervals (benchmarks/pair_eval_results.py), on the fresh records (seed 7; the greedy seed 8; both
 #      pooled) and on the LitM records;
 #   4. a float32 check: the study and the fresh, greedy and perplexity steps run in bfloat16 (about 4x faster on a
-#      CPU with AMX; ../dtype_agreement_qwen_50pairs.md found 158 of 160 verdicts equal). The float32 study
-#      (../search_qwen_50pairs/heldout/fresh-seed7/) scored base, uniform 1.05 and 1.1 on the first 20 of the same
-#      fresh records in float32; the found adapter is scored on them in float32 too, so that the verdicts of both
-#      dtypes are compared (benchmarks/eval_agreement.py) and the found curve is paired, in float32, with uniform
-#      1.05 as well (the float32 study's best uniform factor, tied with 1.1 on this study's search set: 0.830
-#      against 0.835).
+#      CPU with AMX; benchmarks/results/dtype_agreement_qwen_50pairs/ found 158 of 160 verdicts equal). The float32
+#      study (benchmarks/results/search_qwen_50pairs/heldout/fresh-seed7/) scored base, uniform 1.05 and 1.1 on
+#      the first 20 of the same fresh records in float32; the found adapter is scored on them in float32 too, so
+#      that the verdicts of both dtypes are compared (benchmarks/eval_agreement.py) and the found curve is paired,
+#      in float32, with uniform 1.05 as well (the float32 study's best uniform factor, tied with 1.1 on this
+#      study's search set: 0.830 against 0.835).
 #   5. found and uniform 1.05 in float32 on the 20 greedy records of seed 8, pooled with step 4: found against
 #      1.05 on 40 fresh records in one dtype (base and 1.1 were scored on seed 8 in bfloat16 only: about 20 minutes
 #      a variant in float32 on these 2 cores).
 # The LitM step runs in LITM_DTYPE (float32 here): it ran in session 26 on a machine without AMX, where bfloat16 is
 # about 4x slower than float32 (a 1024x896x4864 matmul on 2 threads: 0.153 s against 0.033 s,
-# benchmarks/results/dtype_speed_no_amx.json). Every variant of one step shares one dtype, so each comparison is
-# within a dtype.
+# benchmarks/results/dtype_speed_no_amx/dtype_speed_no_amx.json). Every variant of one step shares one dtype, so
+# each comparison is within a dtype.
 # Every step is skipped when its outputs exist, so the script resumes where it stopped.
 # RA: the rope-adapter command (default .venv/bin/rope-adapter); REDO_OUTPUTS=1: redo step 1 even if its outputs
 # exist; REDO=1: redo the other steps.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 RA=${RA:-.venv/bin/rope-adapter}
 py="$(dirname "$RA")/python"
 out=benchmarks/results/search_qwen_50pairs_gp_bf16
-# Step 1 is skipped when its outputs exist (committed in session 24 at 80 trials); REDO_OUTPUTS=1 redoes it.
+# Step 1 is skipped when its outputs exist (committed in session 24 at 80 trials); REDO_OUTPUTS=1 redoes it. It is
+# the study's own command (benchmarks/results/search_qwen_50pairs_gp_bf16/README.md) with --trials 1 --timeout 1.
 if [ -n "${REDO_OUTPUTS:-}" ] || [ ! -f "$out/search_report.json" ] || [ ! -d "$out/adapter" ]; then
-    TIMEOUT=1 bash "$out/command.sh" --trials 1 --threads 2
+    "$RA" search --model qwen2.5-coder-0.5b-instruct --pairs 50 \
+        --search-records 40 --holdout-records 40 --data-seed 0 \
+        --s-min 0.8 --s-max 1.25 --degree 2 --sampler gp --dtype bfloat16 \
+        --uniform 0.8 0.9 0.95 1.05 1.1 1.25 \
+        --trials 1 --timeout 1 --threads 2 --out "$out" --no-progress
 fi
 RA=$RA DTYPE=bfloat16 LITM_DTYPE=${LITM_DTYPE:-float32} GREEDY_RECORDS=20 LITM_RECORDS=30 \
     bash benchmarks/heldout_eval.sh "$out" qwen2.5-coder-0.5b-instruct 50 60 "${LITM:-}"

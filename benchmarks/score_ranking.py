@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in done_file.read_text().splitlines():
             if line.strip():
                 row = json.loads(line)
-                # rows of runs before the dtype was recorded carry none: their command.sh names it
+                # rows of runs before the dtype was recorded carry none: their result folder's README names it
                 if row.get("dtype", settings.dtype) != settings.dtype:
                     print(
                         f"{done_file} holds trials re-scored in {row['dtype']}, and this run scores in "
