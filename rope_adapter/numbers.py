@@ -117,63 +117,63 @@ def _check_range(
 
 
 def as_real(
-    value: Any,
-    name: str,
-    *,
-    error: type[Exception] = LrsError,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-    finite: bool = True,
-    optional: bool = False,
-    hint: str = "",
-) -> float | None:
+    value: Any, name: str, *, error: type[Exception] = LrsError, low: float | None = None, high: float | None = None,
+    low_open: bool = False, high_open: bool = False, finite: bool = True, optional: bool = False, hint: str = "",
+) -> float | None:  # fmt: skip
     """``value`` as a Python float: any real number type; ``low``/``high`` bound it (``low_open``: ``> low``);
-    ``finite=False`` lets NaN and infinities through (NaN only when there is no bound); ``optional``: None stays None. ``hint`` ends the message
-    (``"; e.g. 1e-4"``). Anything else raises ``error`` naming ``name``."""
+    ``finite=False`` lets NaN and infinities through (NaN only when there is no bound); ``optional``: None stays
+    None. ``hint`` ends the message (``"; e.g. 1e-4"``). Anything else raises ``error`` naming ``name``."""
+    return _as_number(value, name, error, False, low, high, low_open, high_open, finite, optional, hint)
+
+
+def as_int(
+    value: Any, name: str, *, error: type[Exception] = LrsError, low: int | None = None, high: int | None = None,
+    optional: bool = False, hint: str = "",
+) -> int | None:  # fmt: skip
+    """``value`` as a Python int: any integer type, or a real number with a whole value (``4.0``, ``Fraction(8,
+    2)``); ``2.7`` is refused, never truncated. ``low``/``high`` bound it; ``optional``: None stays None."""
+    return _as_number(value, name, error, True, low, high, False, False, True, optional, hint)
+
+
+def _as_number(
+    value: Any, name: str, error: type[Exception], whole: bool, low: Any, high: Any, low_open: bool,
+    high_open: bool, finite: bool, optional: bool, hint: str,
+) -> Any:  # fmt: skip
+    """The one reader behind :func:`as_real` (``whole=False``) and :func:`as_int` (``whole=True``): the number as
+    a Python float or int, then its range."""
     if value is None and optional:
         return None
-    number = _scalar(value, name, error)
+    number = _scalar(value, name, error, "an integer" if whole else "a number")
+    result = _whole(number, value, name, error, hint) if whole else _real(number, value, name, error, finite, hint)
+    shown = result if whole else f"{result:g}"
+    _check_range(
+        result, shown, name, error, "an integer" if whole else "a number", low, high, low_open, high_open, hint
+    )
+    return result
+
+
+def _real(number: Any, value: Any, name: str, error: type[Exception], finite: bool, hint: str) -> float:
     try:
         result = float(number)
     except (OverflowError, ValueError, InvalidOperation):  # 10**400, Fraction(10**400), Decimal('sNaN')
         raise error(f"{name} must be a finite number, got {_kind(value)}{hint}") from None
     if finite and not (_finite(number) and math.isfinite(result)):
         raise error(f"{name} must be a finite number, got {_kind(value)}{hint}")
-    _check_range(result, f"{result:g}", name, error, "a number", low, high, low_open, high_open, hint)
     return result
 
 
-def as_int(
-    value: Any,
-    name: str,
-    *,
-    error: type[Exception] = LrsError,
-    low: int | None = None,
-    high: int | None = None,
-    optional: bool = False,
-    hint: str = "",
-) -> int | None:
-    """``value`` as a Python int: any integer type, or a real number with a whole value (``4.0``, ``Fraction(8,
-    2)``); ``2.7`` is refused, never truncated. ``low``/``high`` bound it; ``optional``: None stays None."""
-    if value is None and optional:
-        return None
-    number = _scalar(value, name, error, "an integer")
+def _whole(number: Any, value: Any, name: str, error: type[Exception], hint: str) -> int:
     if isinstance(number, int):
-        result = number
-    else:
-        if not _finite(number) or (isinstance(number, float) and not math.isfinite(number)):
-            raise error(f"{name} must be an integer, got {_kind(value)}{hint}")
-        try:
-            whole = number == int(number)
-        except (OverflowError, ValueError, InvalidOperation):
-            whole = False
-        if not whole:
-            raise error(f"{name} must be an integer, got {_kind(value)} (it is never rounded){hint}")
-        result = int(number)
-    _check_range(result, result, name, error, "an integer", low, high, False, False, hint)
-    return result
+        return number
+    if not _finite(number) or (isinstance(number, float) and not math.isfinite(number)):
+        raise error(f"{name} must be an integer, got {_kind(value)}{hint}")
+    try:
+        whole = number == int(number)
+    except (OverflowError, ValueError, InvalidOperation):
+        whole = False
+    if not whole:
+        raise error(f"{name} must be an integer, got {_kind(value)} (it is never rounded){hint}")
+    return int(number)
 
 
 def items_of(values: Any, name: str, error: type[Exception] = LrsError) -> list[Any]:
