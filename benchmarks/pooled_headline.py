@@ -210,70 +210,84 @@ def _q(name: str) -> str:
     return str(RESULTS / name)
 
 
+def _kv_sets(folder: str, dtype: str, fresh_records: int, greedy_records: int) -> tuple[HeldOutSet, ...]:
+    """A search folder's KV-retrieval held-out sets, all in ``dtype``: the search's own split (40 records), the
+    fresh records of seed 7 and the greedy run of seed 8 (``heldout_eval.sh`` writes both)."""
+    return (
+        HeldOutSet("the search's held-out split, 40 records", dtype, report=_q(f"{folder}/search_report.json")),
+        HeldOutSet(
+            f"fresh seed 7, {fresh_records} records", dtype, runs=(_q(f"{folder}/heldout/fresh-seed7/results.json"),)
+        ),
+        HeldOutSet(
+            f"fresh seed 8, {greedy_records} records, greedy run",
+            dtype,
+            runs=(_q(f"{folder}/heldout/greedy-seed8/results.json"),),
+        ),
+    )
+
+
+def _litm_set(folder: str, records: int) -> HeldOutSet:
+    """The Lost in the Middle 75-pair file's first ``records`` records (``heldout_eval.sh``; float32 in every study)."""
+    return HeldOutSet(
+        f"the file's first {records} records",
+        "float32",
+        runs=(_q(f"{folder}/heldout/litm-kv-retrieval-75_keys/results.json"),),
+    )
+
+
+def _both_lengths(
+    study: str,
+    folder: str,
+    model: str,
+    uniform: str,
+    kv: tuple[str, tuple[HeldOutSet, ...]],
+    litm: tuple[str, HeldOutSet],
+) -> tuple[Curve, Curve]:
+    """A study's chosen curve (``folder/adapter``) at its search's length (``kv``: the length and its sets) and on
+    the Lost in the Middle 75-pair file (``litm``: the length and its one set)."""
+    return (
+        Curve(name=f"{study} (`{folder}/adapter`)", model=model, length=kv[0], uniform=uniform, sets=kv[1]),
+        Curve(name=f"{study} (the same curve)", model=model, length=litm[0], uniform=uniform, sets=(litm[1],)),
+    )
+
+
+QWEN, SMOLLM2 = "Qwen2.5-Coder-0.5B-Instruct", "SmolLM2-135M-Instruct"
+QWEN_50_PAIRS, QWEN_LITM = "KV retrieval, 50 pairs (3.4k tokens)", "Lost in the Middle 75-pair file (5.1k tokens)"
+
 CURVES = (
-    Curve(
-        name="GP study, trial 21 (`search_qwen_50pairs_gp_bf16/adapter`)",
-        model="Qwen2.5-Coder-0.5B-Instruct",
-        length="KV retrieval, 50 pairs (3.4k tokens)",
-        uniform="uniform:1.1",
-        sets=(
-            HeldOutSet(
-                "the search's held-out split, 40 records",
-                "bfloat16",
-                report=_q("search_qwen_50pairs_gp_bf16/search_report.json"),
-            ),
-            HeldOutSet(
-                "fresh seed 7, 60 records",
-                "bfloat16",
-                runs=(_q("search_qwen_50pairs_gp_bf16/heldout/fresh-seed7/results.json"),),
-            ),
-            HeldOutSet(
-                "fresh seed 8, 20 records, greedy run",
-                "bfloat16",
-                runs=(_q("search_qwen_50pairs_gp_bf16/heldout/greedy-seed8/results.json"),),
-            ),
-        ),
+    *_both_lengths(
+        "GP study, trial 21",
+        "search_qwen_50pairs_gp_bf16",
+        QWEN,
+        "uniform:1.1",
+        (QWEN_50_PAIRS, _kv_sets("search_qwen_50pairs_gp_bf16", "bfloat16", fresh_records=60, greedy_records=20)),
+        (QWEN_LITM, _litm_set("search_qwen_50pairs_gp_bf16", 30)),
     ),
-    Curve(
-        name="GP study, trial 21 (the same curve)",
-        model="Qwen2.5-Coder-0.5B-Instruct",
-        length="Lost in the Middle 75-pair file (5.1k tokens)",
-        uniform="uniform:1.1",
-        sets=(
-            HeldOutSet(
-                "the file's first 30 records",
-                "float32",
-                runs=(_q("search_qwen_50pairs_gp_bf16/heldout/litm-kv-retrieval-75_keys/results.json"),),
-            ),
-        ),
-    ),
-    Curve(
-        name="NSGA-II study, trial 17 (`search_qwen_50pairs/adapter`)",
-        model="Qwen2.5-Coder-0.5B-Instruct",
-        length="KV retrieval, 50 pairs (3.4k tokens)",
-        uniform="uniform:1.05",
-        sets=(
-            HeldOutSet(
-                "the search's held-out split, 40 records",
-                "float32",
-                report=_q("search_qwen_50pairs/search_report.json"),
-            ),
-            HeldOutSet(
-                "fresh seeds 7, 8 and 9, 20 records each",
-                "float32",
-                runs=tuple(
-                    _q(f"search_qwen_50pairs/heldout/{d}/results.json")
-                    for d in ("fresh-seed7", "fresh-seed7-found", "fresh-seed8", "fresh-seed9")
+    *_both_lengths(
+        "NSGA-II study, trial 17",
+        "search_qwen_50pairs",
+        QWEN,
+        "uniform:1.05",
+        (
+            QWEN_50_PAIRS,
+            (
+                HeldOutSet(
+                    "the search's held-out split, 40 records",
+                    "float32",
+                    report=_q("search_qwen_50pairs/search_report.json"),
+                ),
+                HeldOutSet(
+                    "fresh seeds 7, 8 and 9, 20 records each",
+                    "float32",
+                    runs=tuple(
+                        _q(f"search_qwen_50pairs/heldout/{d}/results.json")
+                        for d in ("fresh-seed7", "fresh-seed7-found", "fresh-seed8", "fresh-seed9")
+                    ),
                 ),
             ),
         ),
-    ),
-    Curve(
-        name="NSGA-II study, trial 17 (the same curve)",
-        model="Qwen2.5-Coder-0.5B-Instruct",
-        length="Lost in the Middle 75-pair file (5.1k tokens)",
-        uniform="uniform:1.05",
-        sets=(
+        (
+            QWEN_LITM,
             HeldOutSet(
                 "the file's first 30 records",
                 "float32",
@@ -284,41 +298,16 @@ CURVES = (
             ),
         ),
     ),
-    Curve(
-        name="NSGA-II study, trial 163 (`search_smollm2_10pairs/adapter`)",
-        model="SmolLM2-135M-Instruct",
-        length="KV retrieval, 10 pairs (780 tokens)",
-        uniform="uniform:0.9",
-        sets=(
-            HeldOutSet(
-                "the search's held-out split, 40 records",
-                "float32",
-                report=_q("search_smollm2_10pairs/search_report.json"),
-            ),
-            HeldOutSet(
-                "fresh seed 7, 40 records",
-                "float32",
-                runs=(_q("search_smollm2_10pairs/heldout/fresh-seed7/results.json"),),
-            ),
-            HeldOutSet(
-                "fresh seed 8, 10 records, greedy run",
-                "float32",
-                runs=(_q("search_smollm2_10pairs/heldout/greedy-seed8/results.json"),),
-            ),
+    *_both_lengths(
+        "NSGA-II study, trial 163",
+        "search_smollm2_10pairs",
+        SMOLLM2,
+        "uniform:0.9",
+        (
+            "KV retrieval, 10 pairs (780 tokens)",
+            _kv_sets("search_smollm2_10pairs", "float32", fresh_records=40, greedy_records=10),
         ),
-    ),
-    Curve(
-        name="NSGA-II study, trial 163 (the same curve)",
-        model="SmolLM2-135M-Instruct",
-        length="Lost in the Middle 75-pair file (5.4k tokens)",
-        uniform="uniform:0.9",
-        sets=(
-            HeldOutSet(
-                "the file's first 10 records",
-                "float32",
-                runs=(_q("search_smollm2_10pairs/heldout/litm-kv-retrieval-75_keys/results.json"),),
-            ),
-        ),
+        ("Lost in the Middle 75-pair file (5.4k tokens)", _litm_set("search_smollm2_10pairs", 10)),
     ),
 )
 
