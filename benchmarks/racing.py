@@ -94,6 +94,18 @@ def replay(settings: SearchSettings) -> dict:
     }
 
 
+def add_budget_flags(parser: argparse.ArgumentParser, holdout_records: int, max_records: int) -> None:
+    """The flags :func:`budget_settings` reads (racing.py and samplers.py differ only in two defaults)."""
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--pairs", type=int, default=10)
+    parser.add_argument("--search-records", type=int, default=20)
+    parser.add_argument("--holdout-records", type=int, default=holdout_records)
+    parser.add_argument("--max-records", type=int, default=max_records, help="search records scored per study (budget)")
+    parser.add_argument("--population", type=int, default=8)
+    parser.add_argument("--uniform", type=float, nargs="*", default=[0.9, 1.1])
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+
+
 def budget_settings(args: argparse.Namespace) -> SearchSettings:
     """The search settings of a benchmark that gives each arm a budget in scored records (``--max-records``)."""
     return SearchSettings(
@@ -117,16 +129,9 @@ def budget_settings(args: argparse.Namespace) -> SearchSettings:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--pairs", type=int, default=10)
-    parser.add_argument("--search-records", type=int, default=20)
-    parser.add_argument("--holdout-records", type=int, default=20)
-    parser.add_argument("--max-records", type=int, default=1200, help="search records scored per study (budget)")
-    parser.add_argument("--population", type=int, default=8)
-    parser.add_argument("--uniform", type=float, nargs="*", default=[0.9, 1.1])
+    add_budget_flags(parser, holdout_records=20, max_records=1200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="result folder")
     args = parser.parse_args()
 
     slug = Path(args.model).name.lower()

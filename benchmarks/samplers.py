@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 from machine_info import environment
-from racing import _interval, budget_settings, summarise
+from racing import _interval, add_budget_flags, budget_settings, summarise
 from result_files import write_summary
 from scipy import stats
 
@@ -82,24 +82,19 @@ def found_minus(arm_run: dict, other: str) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--pairs", type=int, default=10)
+    add_budget_flags(parser, holdout_records=40, max_records=300)
     parser.add_argument("--num-positions", type=int, default=5)
-    parser.add_argument("--search-records", type=int, default=20)
-    parser.add_argument("--holdout-records", type=int, default=40)
-    parser.add_argument("--max-records", type=int, default=300, help="search records scored per study (budget)")
-    parser.add_argument("--population", type=int, default=8)
-    parser.add_argument("--uniform", type=float, nargs="*", default=[0.9, 1.1])
     parser.add_argument("--arms", nargs="+", default=["nsga2:answer", "gp:answer", "tpe:answer"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--report-only", action="store_true", help="run nothing: summarise the finished runs")
     parser.add_argument(
         "--dtype",
         default="auto",
         help="the searches' and held-out steps' dtype (bfloat16: several times faster on AMX)",
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"))
+    parser.add_argument(
+        "--out", type=Path, default=Path("benchmarks/results/samplers_smollm2_10pairs"), help="result folder"
+    )
     args = parser.parse_args()
     base = budget_settings(args)
     runs = {
