@@ -14,6 +14,7 @@ import os
 import random
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from importlib.util import find_spec
 from pathlib import Path
@@ -77,8 +78,22 @@ def loglikelihood(model, tokenizer, context: str, continuation: str) -> float:
     return float(sum(logp[i - 1, ids[i]] for i in range(n_context, len(ids))))
 
 
+@dataclass(frozen=True)
+class HarnessSetup:
+    """One test folder's inputs and the per-record log-likelihoods every route must reproduce."""
+
+    root: Path
+    base: Path
+    adapter: Path
+    exported: Path
+    tasks: Path
+    records: list[dict[str, str]]
+    adapted: list[float]  # with the adapter's factors
+    base_ll: list[float]  # with the adapter disabled
+
+
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory) -> dict:
+def setup(tmp_path_factory) -> HarnessSetup:
     """Base folder, adapter, exported folder, task folder, and the expected per-record log-likelihoods."""
     from rope_adapter.export import export_model
 
@@ -105,16 +120,7 @@ def setup(tmp_path_factory) -> dict:
     adapted = [loglikelihood(model, tokenizer, r["context"], r["answer"]) for r in records]
     with model.disable_adapter():
         plain = [loglikelihood(model, tokenizer, r["context"], r["answer"]) for r in records]
-    return dict(
-        root=root,
-        base=base,
-        adapter=adapter,
-        exported=exported,
-        tasks=tasks,
-        records=records,
-        adapted=adapted,
-        base_ll=plain,
-    )
+    return HarnessSetup(root, base, adapter, exported, tasks, records, adapted=adapted, base_ll=plain)
 
 
 def harness_env(root: Path) -> dict[str, str]:
@@ -130,10 +136,10 @@ def harness_env(root: Path) -> dict[str, str]:
     )
 
 
-def lm_eval_args(setup: dict, model_args: str, out: Path) -> list[str]:
+def lm_eval_args(setup: HarnessSetup, model_args: str, out: Path) -> list[str]:
     return [
         *("--model", "hf", "--model_args", model_args, "--device", "cpu", "--batch_size", "1"),
-        *("--tasks", TASK, "--include_path", str(setup["tasks"]), "--log_samples", "--output_path", str(out)),
+        *("--tasks", TASK, "--include_path", str(setup.tasks), "--log_samples", "--output_path", str(out)),
     ]
 
 
@@ -168,9 +174,17 @@ def scores_from_output(out: Path, records: list[dict]) -> list[float]:
     return scores_from_samples([json.loads(line) for line in files[0].read_text().splitlines()], records)
 
 
-def check_scores(got: list[float], setup: dict) -> None:
-    assert got == pytest.approx(setup["adapted"], abs=ATOL)
-    assert all(abs(g - b) > MIN_EFFECT for g, b in zip(got, setup["base_ll"], strict=True)), (got, setup["base_ll"])
+def check_scores(got: list[float], setup: HarnessSetup) -> None:
+    assert got == pytest.approx(setup.adapted, abs=ATOL)
+    assert all(abs(g - b) > MIN_EFFECT for g, b in zip(got, setup.base_ll, strict=True)), (got, setup.base_ll)
+
+
+def check_lm_eval_in_subprocess(setup: HarnessSetup, code: str, model_args: str, out_name: str) -> None:
+    """Run ``code`` with lm_eval's flags for the task in a fresh process; its logged scores must be the adapted
+    model's."""
+    out = setup.root / out_name
+    run_in_subprocess(code, lm_eval_args(setup, model_args, out), cwd=setup.root)
+    check_scores(scores_from_output(out, setup.records), setup)
 
 
 # ------------------------------------------------------------------------------------------------ tests
@@ -178,29 +192,25 @@ def check_scores(got: list[float], setup: dict) -> None:
 
 def test_factors_change_the_task_scores(setup):
     """The check below would be empty if the factors did not move these log-likelihoods."""
-    assert all(abs(a - b) > MIN_EFFECT for a, b in zip(setup["adapted"], setup["base_ll"], strict=True))
+    assert all(abs(a - b) > MIN_EFFECT for a, b in zip(setup.adapted, setup.base_ll, strict=True))
 
 
 @needs_lm_eval
 def test_command_line_evaluates_an_adapter(setup):
     """``rope_adapter.harness.main([...])``: lm_eval's own flags, ``peft=ADAPTER`` in a fresh process (which also
     checks that the core package never imports lm_eval)."""
-    out = setup["root"] / "out-cli"
     code = (
         "import sys, rope_adapter, rope_adapter.cli, rope_adapter.export\n"
         "assert 'lm_eval' not in sys.modules, 'the core package imported lm_eval'\n"
         "from rope_adapter.harness import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    model_args = f"pretrained={setup['base']},peft={setup['adapter']}"
-    run_in_subprocess(code, lm_eval_args(setup, model_args, out), cwd=setup["root"])
-    check_scores(scores_from_output(out, setup["records"]), setup)
+    check_lm_eval_in_subprocess(setup, code, f"pretrained={setup.base},peft={setup.adapter}", "out-cli")
 
 
 @needs_lm_eval
 def test_exported_folder_with_plain_lm_eval(setup):
     """Plain ``lm_eval`` (rope_adapter blocked from importing) loads the export with trust_remote_code=True."""
-    out = setup["root"] / "out-export"
     code = (
         "import runpy, sys\n"
         "class Block:\n"
@@ -211,9 +221,7 @@ def test_exported_folder_with_plain_lm_eval(setup):
         "sys.argv = ['lm_eval', *sys.argv[1:]]\n"
         "runpy.run_module('lm_eval', run_name='__main__', alter_sys=True)\n"
     )
-    model_args = f"pretrained={setup['exported']},trust_remote_code=True"
-    run_in_subprocess(code, lm_eval_args(setup, model_args, out), cwd=setup["root"])
-    check_scores(scores_from_output(out, setup["records"]), setup)
+    check_lm_eval_in_subprocess(setup, code, f"pretrained={setup.exported},trust_remote_code=True", "out-export")
 
 
 @needs_lm_eval
@@ -222,18 +230,18 @@ def test_hflm_in_process(setup, monkeypatch):
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    monkeypatch.chdir(setup["root"])
-    for name, value in harness_env(setup["root"]).items():
+    monkeypatch.chdir(setup.root)
+    for name, value in harness_env(setup.root).items():
         monkeypatch.setenv(name, value)
-    lm = harness.hflm(setup["base"], setup["adapter"], device="cpu", batch_size=1)
+    lm = harness.hflm(setup.base, setup.adapter, device="cpu", batch_size=1)
     assert get_factors(lm.model) == pytest.approx(FACTORS)
     results = lm_eval.simple_evaluate(
         model=lm,
         tasks=[TASK],
-        task_manager=TaskManager(include_path=str(setup["tasks"]), include_defaults=False),
+        task_manager=TaskManager(include_path=str(setup.tasks), include_defaults=False),
         log_samples=True,
     )
-    check_scores(scores_from_samples(results["samples"][TASK], setup["records"]), setup)
+    check_scores(scores_from_samples(results["samples"][TASK], setup.records), setup)
 
 
 @needs_lm_eval
@@ -252,7 +260,7 @@ def test_console_script_is_declared():
 def test_clear_error_without_lm_eval(setup, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "lm_eval", None)  # `import lm_eval` now raises ImportError
     with pytest.raises(harness.HarnessMissingError, match=r'pip install "rope-adapter\[harness\]"') as info:
-        harness.hflm(setup["base"], setup["adapter"])
+        harness.hflm(setup.base, setup.adapter)
     assert isinstance(info.value, LrsError) and isinstance(info.value, ImportError)
     assert harness.main(["--tasks", TASK]) == 2
     assert 'pip install "rope-adapter[harness]"' in capsys.readouterr().err
