@@ -1,14 +1,19 @@
 """Which files in a search's ``out`` folder the search writes, and the check that it replaces only its own.
 
-A search (and a resumed one) writes :data:`OUTPUT_NAMES` into ``out``. Before any work, :func:`check_own_outputs`
+A search (and a resumed one) writes :data:`OUTPUT_NAMES` into ``out``: :func:`check_writable` first makes sure
+it can, and :func:`output_errors` turns a failed write into one line. Before any work, :func:`check_own_outputs`
 refuses an ``out`` where one of them exists but was not written by this study: the report and the adapter name
 the study (name and storage) that wrote them, so a folder another run or the user wrote is never overwritten.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
+
+from rope_adapter.writable import unwritable_reason
 
 from .settings import SearchError, SearchSettings, public_storage
 
@@ -57,3 +62,29 @@ def check_own_outputs(settings: SearchSettings) -> None:
             f"--out {out} holds an adapter/ folder this search did not write (no provenance naming study "
             f"{settings.study!r}): choose another --out, or move it away"
         )
+
+
+def check_writable(out: Path) -> None:
+    """Create ``out`` (if needed) once a file can be written and flushed there: :class:`SearchError` naming the
+    folder otherwise (a file in the way, a read-only or full disk)."""
+    why = unwritable_reason(out, "the output folder")
+    if why is None:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            why = f"the output folder {out} cannot be made ({exc.strerror or exc})"
+    if why is not None:
+        raise SearchError(f"cannot write into the output folder: {why}; choose another --out") from None
+
+
+@contextlib.contextmanager
+def output_errors(out: Path) -> Iterator[None]:
+    """An ``OSError`` while writing a search's outputs (a full or read-only disk) as one :class:`SearchError`; the
+    trials are in the study storage already, so the same command resumes and writes the outputs again."""
+    try:
+        yield
+    except OSError as exc:
+        raise SearchError(
+            f"cannot write the search outputs into {str(out)!r}: {exc.strerror or exc}; free some space (or make "
+            "the folder writable) and rerun the same command: the finished trials are kept in the study"
+        ) from exc

@@ -43,24 +43,18 @@ from rope_adapter.provenance import Provenance
 from . import report as report_mod
 from .confirm import run_confirmation
 from .data import length_splits, perplexity_text_path
+from .fingerprint import study_fingerprint
 from .holdout import add_holdout
 from .interrupts import storage_safe_interrupts
 from .objective import FactorConstraints
-from .outputs import check_own_outputs
+from .outputs import check_own_outputs, check_writable, output_errors
+from .quiet import quiet_optuna
 from .report_lengths import length_entries
 from .report_types import SearchReport
 from .settings import SearchError, SearchSettings, public_storage, redact_url
-from .storage import (
-    _quiet_optuna,
-    check_existing_study,
-    check_writable,
-    create_or_load_study,
-    open_storage,
-    output_errors,
-    resolve_sampler,
-    storage_errors,
-    study_fingerprint,
-)
+from .storage import check_existing_study, create_or_load_study, resolve_sampler
+from .storage_failures import storage_errors
+from .storage_url import open_storage
 from .trial import _complete_trials, _Progress, _worker_entry, constraint_names, run_worker
 from .worker import (
     Worker,
@@ -120,7 +114,7 @@ def check_stored_study(settings: SearchSettings) -> None:
     if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).is_file():
         return
     storage = open_storage(url, settings.heartbeat)
-    with _quiet_optuna():
+    with quiet_optuna():
         settings = resolve_sampler(settings, storage)
         fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
         check_existing_study(storage, settings.study, fingerprint)
@@ -157,13 +151,13 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         check_writable(out)
         perplexity_text_path(settings)
         storage = open_storage(url, settings.heartbeat)
-        with _quiet_optuna(), storage_errors(shown_url):
+        with quiet_optuna(), storage_errors(shown_url):
             settings = resolve_sampler(settings, storage)  # a resumed study keeps its own; new ones get the default
         device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, device)
         fingerprint = study_fingerprint(settings, dtype)
         check_existing_study(storage, settings.study, fingerprint)
-        with _quiet_optuna(), storage_errors(shown_url):
+        with quiet_optuna(), storage_errors(shown_url):
             create_or_load_study(
                 storage, settings.study, spec.directions, fingerprint, settings.space(), settings.uniform_values()
             )
@@ -194,7 +188,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
                 pass
         go.set()
 
-    with _quiet_optuna():
+    with quiet_optuna():
         done_before = len(_complete_trials(optuna.load_study(study_name=settings.study, storage=storage)))
     progress = _Progress(settings.progress, settings.trials, done_before, spec.names)
     search_started = time.time()
@@ -220,7 +214,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
     if failures:  # the study itself is intact: report what the other workers and this one finished
         warnings.warn("worker process(es) failed: " + "; ".join(failures), RuntimeWarning, stacklevel=2)
 
-    with _quiet_optuna():
+    with quiet_optuna():
         study = optuna.load_study(study_name=settings.study, storage=storage)
         trials = study.get_trials(deepcopy=False)
     spec_records = [report_mod.trial_record(t) for t in trials]

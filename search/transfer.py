@@ -1,7 +1,7 @@
 """Start a study from another study's trials: :func:`copy_trials` (to go on with another sampler, or after a change
 of the sampler range, without paying again for the trials that were already scored).
 
-The source study must have been made with the same settings (the fingerprint of :mod:`search.storage`) apart from
+The source study must have been made with the same settings (the fingerprint of :mod:`search.fingerprint`) apart from
 the sampler and the sampler range of the end control ys (``endpoint_margin``); only those change what is
 *proposed*, never what a trial *scores*. A trial is copied when it finished (COMPLETE) and its parameters lie in
 the new study's sampler ranges; its values, constraint values and every attribute go with it, plus
@@ -18,20 +18,13 @@ from pathlib import Path
 
 import optuna
 
+from .fingerprint import fingerprint_differences, read_stored_fingerprint, study_fingerprint
+from .outputs import check_writable
+from .quiet import quiet_optuna
 from .samplers import DEFAULT_SAMPLER
 from .settings import SearchError, SearchSettings, redact_url
-from .storage import (
-    BASELINE_ATTR,
-    SETTINGS_ATTR,
-    _differences,
-    _legacy_space,
-    _legacy_weights,
-    _quiet_optuna,
-    baseline_params,
-    check_writable,
-    open_storage,
-    study_fingerprint,
-)
+from .storage import BASELINE_ATTR, SETTINGS_ATTR, baseline_params
+from .storage_url import open_storage
 
 COPIED_ATTR = "copied_from"
 """Trial user attribute of a copied trial: ``{"study": name, "trial": number}`` in the source study."""
@@ -51,12 +44,12 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
         settings = replace(settings, sampler=DEFAULT_SAMPLER)
     fingerprint = study_fingerprint(settings, dtype)
     target_url = settings.storage_url()
-    with _quiet_optuna():
+    with quiet_optuna():
         source = optuna.load_study(study_name=source_study, storage=open_storage(source_storage, settings.heartbeat))
-        stored = _legacy_weights(_legacy_space(source.user_attrs.get(SETTINGS_ATTR)), fingerprint)
+        stored = read_stored_fingerprint(source.user_attrs.get(SETTINGS_ATTR))
         if stored is None:
             raise SearchError(f"study {source_study!r} holds no rope-adapter search settings: nothing to copy from")
-        diff = [d for d in _differences(stored, fingerprint) if not d.startswith(MAY_DIFFER)]
+        diff = [d for d in fingerprint_differences(stored, fingerprint) if not d.startswith(MAY_DIFFER)]
         if diff:
             raise SearchError(
                 f"study {source_study!r} was made with other settings ({'; '.join(diff)}): its trials scored "

@@ -19,10 +19,13 @@ from tqdm.auto import tqdm
 from rope_adapter.scoring.logprobs import position_means
 
 from .objective import perplexity_constraint
+from .quiet import quiet_optuna
 from .racing import estimated_by_position, paired_check, record_scores
 from .samplers import build_sampler, sampler_seed
 from .settings import SearchSettings, redact_url
-from .storage import BASELINE_ATTR, TRIAL_ATTR, _quiet_optuna, open_storage, storage_failure
+from .storage import BASELINE_ATTR, TRIAL_ATTR
+from .storage_failures import storage_failure
+from .storage_url import open_storage
 from .worker import Worker, make_worker
 
 logger = logging.getLogger(__name__)
@@ -312,7 +315,7 @@ def run_worker(
 ) -> dict[str, Any]:
     """Run trials until the study holds ``trials`` finished ones, the timeout passes or the budget says stop."""
     settings = worker.settings
-    with _quiet_optuna():
+    with quiet_optuna():
         probe = optuna.load_study(study_name=settings.study, storage=storage)
         existing = len(probe.get_trials(deepcopy=False))
         sampler, seed = make_sampler(worker, existing)

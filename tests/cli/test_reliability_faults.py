@@ -14,7 +14,9 @@ from rope_adapter.cli import main
 from rope_adapter.search import SearchError, SearchSettings, run_search
 from rope_adapter.search import storage as storage_mod
 from rope_adapter.search import study as study_mod
-from rope_adapter.search.storage import storage_errors
+from rope_adapter.search.fingerprint import study_fingerprint
+from rope_adapter.search.storage_failures import storage_errors
+from rope_adapter.search.storage_url import open_storage
 
 LAYERS = 3
 
@@ -298,8 +300,8 @@ def test_demo_refuses_a_stored_study_with_other_settings_before_the_first_step(
     url = f"sqlite:///{(out / '2-search' / 'study.db').resolve()}"
     (out / "2-search").mkdir(parents=True)
     settings = small(out / "2-search", model_dir, pairs=4, positions=(0, 2), storage=url, study="demo", sampler="gp")
-    fingerprint = storage_mod.study_fingerprint(settings, "float32")
-    storage = storage_mod.open_storage(url)
+    fingerprint = study_fingerprint(settings, "float32")
+    storage = open_storage(url)
     storage_mod.create_or_load_study(storage, "demo", ["maximize"], fingerprint, settings.space(), [])
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     one_line_error(capsys, main(demo_args(model_dir, out)), "study 'demo' exists with other settings", "pairs")

@@ -110,7 +110,7 @@ def test_a_signal_during_a_real_sqlite_write_leaves_the_trial_written_and_no_loc
     import optuna
     from sqlalchemy import event
 
-    from rope_adapter.search.storage import open_storage
+    from rope_adapter.search.storage_url import open_storage
 
     path = tmp_path / "study.db"
     storage = open_storage(f"sqlite:///{path}")

@@ -17,8 +17,8 @@ from rope_adapter.provenance import Provenance
 from rope_adapter.records import check_record
 from rope_adapter.search import SearchError, run_search
 from rope_adapter.search.data import SEARCH, length_samples, length_splits, load_split
+from rope_adapter.search.fingerprint import study_fingerprint
 from rope_adapter.search.lengths import KEY_BASE, length_key, split_key
-from rope_adapter.search.storage import study_fingerprint
 from rope_adapter.search.worker import make_worker
 
 

@@ -20,8 +20,10 @@ from testkit.searches import two_workers as _two_workers
 
 from rope_adapter.search import SearchError, copy_trials, run_search
 from rope_adapter.search import storage as storage_mod
+from rope_adapter.search.fingerprint import study_fingerprint
 from rope_adapter.search.samplers import DEFAULT_SAMPLER, SAMPLERS, STARTUP_TRIALS, build_sampler, describe_sampler
 from rope_adapter.search.storage import TRIAL_ATTR
+from rope_adapter.search.storage_url import open_storage
 
 NUM_LAYERS = 4
 
@@ -111,26 +113,26 @@ def test_resuming_without_a_sampler_keeps_the_study_s_own(searches, model_dir, t
 def test_a_new_study_gets_the_default_sampler(tmp_path, model_dir):
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db")
     assert settings.sampler is None
-    storage = storage_mod.open_storage(settings.storage)
+    storage = open_storage(settings.storage)
     assert storage_mod.resolve_sampler(settings, storage).sampler == DEFAULT_SAMPLER == "gp"
     with pytest.raises(ValueError, match="resolve_sampler"):
-        storage_mod.study_fingerprint(settings, "float32")
+        study_fingerprint(settings, "float32")
     named = small(tmp_path, model_dir, storage=settings.storage, sampler="tpe")
     assert storage_mod.resolve_sampler(named, storage) is named
 
 
 def test_a_study_made_before_the_sampler_setting_resumes_as_nsga2(tmp_path, model_dir):
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
-    old = storage_mod.study_fingerprint(settings, "float32")
+    old = study_fingerprint(settings, "float32")
     del old["sampler"]
-    storage = storage_mod.open_storage(settings.storage)
+    storage = open_storage(settings.storage)
     storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
-    assert storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(settings, "float32"))
+    assert storage_mod.check_existing_study(storage, "lrs", study_fingerprint(settings, "float32"))
     default = small(tmp_path, model_dir, storage=settings.storage, study="lrs")
     assert storage_mod.resolve_sampler(default, storage).sampler == "nsga2"
     gp = small(tmp_path, model_dir, storage=settings.storage, sampler="gp")
     with pytest.raises(SearchError, match=r"sampler: 'nsga2' in the study, 'gp' now"):
-        storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(gp, "float32"))
+        storage_mod.check_existing_study(storage, "lrs", study_fingerprint(gp, "float32"))
 
 
 def test_unknown_sampler_is_refused_when_made(tmp_path, model_dir):

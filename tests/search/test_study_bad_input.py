@@ -92,7 +92,7 @@ def test_open_storage_retries_only_the_schema_race(tmp_path, monkeypatch):
     import optuna
     from sqlalchemy.exc import IntegrityError, OperationalError
 
-    from rope_adapter.search import storage as storage_mod
+    from rope_adapter.search import storage_url
 
     real = optuna.storages.RDBStorage
     calls = []
@@ -106,16 +106,16 @@ def test_open_storage_retries_only_the_schema_race(tmp_path, monkeypatch):
 
         return make
 
-    monkeypatch.setattr(storage_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(storage_url.time, "sleep", lambda s: None)
     race = IntegrityError("INSERT INTO alembic_version", {}, Exception("UNIQUE constraint failed"))
     monkeypatch.setattr(optuna.storages, "RDBStorage", flaky(race))
-    assert isinstance(storage_mod.open_storage(f"sqlite:///{tmp_path}/a.db"), real)
+    assert isinstance(storage_url.open_storage(f"sqlite:///{tmp_path}/a.db"), real)
     assert len(calls) == 2
     calls.clear()
     other = OperationalError("SELECT", {}, Exception("disk I/O error"))
     monkeypatch.setattr(optuna.storages, "RDBStorage", flaky(other))
     with pytest.raises(SearchError, match="cannot reach the study storage.*disk I/O error"):
-        storage_mod.open_storage(f"sqlite:///{tmp_path}/b.db")
+        storage_url.open_storage(f"sqlite:///{tmp_path}/b.db")
     assert len(calls) == 1
 
 
@@ -123,16 +123,18 @@ def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_marg
     """Its stored settings have no ``endpoint_margin`` and its trials were sampled with widened end ys: resuming it
     with the new default would change its distributions under NSGA-II, so it is refused with the fix."""
     from rope_adapter.search import storage as storage_mod
+    from rope_adapter.search.fingerprint import study_fingerprint
+    from rope_adapter.search.storage_url import open_storage
 
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
-    old = storage_mod.study_fingerprint(settings, "float32")
+    old = study_fingerprint(settings, "float32")
     del old["space"]["endpoint_margin"], old["sampler"]  # it was made before both settings existed
-    storage = storage_mod.open_storage(settings.storage)
+    storage = open_storage(settings.storage)
     storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
     with pytest.raises(SearchError, match=r"space.endpoint_margin: True in the study, False now.*--endpoint-margin"):
-        storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(settings, "float32"))
+        storage_mod.check_existing_study(storage, "lrs", study_fingerprint(settings, "float32"))
     legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True, sampler="nsga2")
-    assert storage_mod.check_existing_study(storage, "lrs", storage_mod.study_fingerprint(legacy, "float32"))
+    assert storage_mod.check_existing_study(storage, "lrs", study_fingerprint(legacy, "float32"))
 
 
 @pytest.mark.parametrize(

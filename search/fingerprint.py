@@ -1,0 +1,149 @@
+"""A study's fingerprint: the settings that define its trials, stored in the study and compared when it resumes.
+
+Models and data files are named by what they hold (a folder's name, its config's sha256 and a cheap weights
+fingerprint), not by their local path, so that machines with other paths to the same model can share a study.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rope_adapter.embedded import find_embedded
+from rope_adapter.files import dumps_json
+
+from .racing import stage_ends
+from .samplers import LEGACY_SAMPLER
+from .settings import SearchSettings
+
+FINGERPRINT_VERSION = 2
+
+WEIGHT_SAMPLES = 64
+"""Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
+
+
+def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A file as its name and sha256 (its folder left out)."""
+    p = Path(path)
+    digest = hashlib.sha256()
+    with open(p, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"name": p.name, "sha256": digest.hexdigest()}
+
+
+def model_identity(name: str) -> Any:
+    """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
+    machines with other paths to the same model can share a study), anything else by its name."""
+    path = Path(name).expanduser()
+    embedded = find_embedded(name)
+    if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
+        return embedded.name
+    if path.is_dir():
+        config = path / "config.json"
+        return {
+            "folder": path.name,
+            "config": file_identity(config)["sha256"] if config.is_file() else None,
+            "weights": weights_fingerprint(path),
+        }
+    return name
+
+
+def weights_fingerprint(folder: Path) -> str | None:
+    """A cheap fingerprint of a model folder's weights: sha256 over each ``*.safetensors`` / ``*.bin`` file's name,
+    size, header and :data:`WEIGHT_SAMPLES` evenly spaced 64 KiB chunks (other weights of the same architecture
+    differ there; reading a few MB instead of gigabytes). None when the folder has no weights file."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}".encode())
+        with open(file, "rb") as handle:
+            for i in range(WEIGHT_SAMPLES + 1):
+                handle.seek(min(size, (size * i) // (WEIGHT_SAMPLES + 1)))
+                digest.update(handle.read(1 << 16))
+    return digest.hexdigest()
+
+
+def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
+    """The settings that define a study's trials; a study is resumed only with equal ones."""
+    ppl = None
+    if settings.max_ppl_increase is not None:
+        ppl = {
+            "text": file_identity(settings.ppl_text) if settings.ppl_text else "built-in",
+            "max_increase": settings.max_ppl_increase,
+            "windows": settings.ppl_windows,
+            "window_chars": settings.ppl_window_chars,
+        }
+    return {
+        "version": FINGERPRINT_VERSION,
+        "model": model_identity(settings.model),
+        "tokenizer": None if settings.tokenizer is None else model_identity(settings.tokenizer),
+        "dtype": dtype,
+        "task": settings.task_name,
+        "data": file_identity(settings.data) if settings.data else None,
+        "pairs": settings.pairs if isinstance(settings.pairs, int) else list(settings.pairs),
+        "positions": None if settings.positions is None else list(settings.positions),
+        "num_positions": settings.num_positions,
+        "task_options": json.loads(
+            dumps_json(settings.task_options, where="task_options", sort_keys=True, default=str)
+        ),
+        "search_records": settings.search_records,
+        "holdout_records": settings.holdout_records,
+        "data_seed": settings.data_seed,
+        "chat_template": settings.chat_template,
+        "score": settings.score,
+        "k": settings.k,
+        "objective": settings.objective,
+        "position_weights": None if settings.position_weights is None else list(settings.position_weights),
+        "worst_weight": settings.worst_weight,
+        "space": {
+            "degree": settings.degree,
+            "x_mode": settings.x_mode,
+            "s_min": settings.s_min,
+            "s_max": settings.s_max,
+            "margin": settings.margin,
+            "endpoint_margin": settings.endpoint_margin,
+        },
+        "layer_bounds": [str(b) for b in settings.parsed_layer_bounds()],
+        "max_step": settings.max_step,
+        "user_constraints": [
+            f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', repr(c))}" for c in settings.constraints
+        ],
+        "uniform": settings.uniform_values(),
+        "perplexity": ppl,
+        "race": {"ends": stage_ends(settings.search_records, settings.race), "z": settings.race_z},
+        "sampler": _named_sampler(settings),
+    }
+
+
+def _named_sampler(settings: SearchSettings) -> str:
+    if settings.sampler is None:
+        raise ValueError("the settings name no sampler yet: pass them through resolve_sampler(settings, storage)")
+    return settings.sampler
+
+
+def read_stored_fingerprint(stored: Any) -> Any:
+    """A fingerprint as a study stored it, with the values a study made before ``endpoint_margin`` existed (its end
+    ys were widened) or before the sampler was a setting (NSGA-II) was made with; committed studies of both kinds
+    resume with these."""
+    if isinstance(stored, dict) and isinstance(stored.get("space"), dict) and "endpoint_margin" not in stored["space"]:
+        stored = {**stored, "space": {**stored["space"], "endpoint_margin": True}}
+    if isinstance(stored, dict) and "sampler" not in stored:
+        stored = {**stored, "sampler": LEGACY_SAMPLER}
+    return stored
+
+
+def fingerprint_differences(stored: Any, current: Any, prefix: str = "") -> list[str]:
+    """One line per entry that differs between a stored and a current fingerprint (nested entries as ``a.b``)."""
+    if isinstance(stored, dict) and isinstance(current, dict):
+        out = []
+        for key in sorted(set(stored) | set(current)):
+            out += fingerprint_differences(stored.get(key), current.get(key), f"{prefix}{key}.")
+        return out
+    return [] if stored == current else [f"{prefix.rstrip('.')}: {stored!r} in the study, {current!r} now"]
