@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach a hub unless they start their own test server
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import byte_tokenizer, save_model_folder, tiny_model
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: one torch thread each
     import torch
@@ -72,6 +72,4 @@ def model_dir(tmp_path_factory) -> Path:
 
 def _save_tiny_llama(folder: Path) -> Path:
     """A tiny 4-layer Llama and the byte tokenizer saved in ``folder``."""
-    tiny_model("llama", num_layers=4).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+    return save_model_folder(tiny_model("llama", num_layers=4), folder)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from peft import get_peft_model
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import save_model_folder, tiny_model
 
 from rope_adapter import LrsConfig
 from rope_adapter.cli import main
@@ -29,10 +29,7 @@ def base():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, base):
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    base.save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+    return save_model_folder(base, tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture

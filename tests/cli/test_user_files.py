@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from testkit.card_folders import make_adapter
 from testkit.searches import small
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import save_model_folder, tiny_model
 
 from rope_adapter import writable
 from rope_adapter.cli import main
@@ -211,9 +211,7 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
     from rope_adapter.search.fingerprint import study_fingerprint
     from rope_adapter.search.storage_url import open_storage
 
-    folder = tmp_path / "model"
-    tiny_model("llama", num_layers=4, seed=0).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
+    folder = save_model_folder(tiny_model("llama", num_layers=4, seed=0), tmp_path / "model")
     settings = small(tmp_path, folder, trials=1, holdout_records=1, sampler="gp")
     first = study_fingerprint(settings, "float32")
     assert first["model"]["weights"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import save_model_folder, tiny_model
 
 from rope_adapter import LrsConfig
 from rope_adapter.cli import main
@@ -134,10 +134,7 @@ def test_shares_with_an_adapter():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama", num_layers=3).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+    return save_model_folder(tiny_model("llama", num_layers=3), tmp_path_factory.mktemp("tiny-llama"))
 
 
 def test_cli_analyze(model_dir, tmp_path):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import byte_tokenizer, save_model_folder, tiny_model
 
 import rope_adapter
 from rope_adapter import AdapterMismatchError, LrsConfig
@@ -53,10 +53,7 @@ def model():
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory, model):
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    model.save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+    return save_model_folder(model, tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.fixture(scope="module")

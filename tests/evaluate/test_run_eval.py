@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import save_model_folder, tiny_model
 
 from rope_adapter.cli import main
 from rope_adapter.evaluate import EvalError, EvalSettings, run_eval
@@ -18,10 +18,7 @@ from rope_adapter.scoring.results_table import t_difference
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama", num_layers=2).save_pretrained(folder)
-    byte_tokenizer().save_pretrained(folder)
-    return folder
+    return save_model_folder(tiny_model("llama", num_layers=2), tmp_path_factory.mktemp("tiny-llama"))
 
 
 @pytest.mark.parametrize(

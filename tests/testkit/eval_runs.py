@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from rope_adapter.evaluate import EvalSettings, run_eval
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import save_model_folder, tiny_model
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -27,9 +27,7 @@ def load_benchmark(name: str) -> ModuleType:
 def eval_runner(root: Path, **common) -> Callable[..., Path]:
     """``run(name, variants, **settings)``: one KV-retrieval eval of a tiny Llama saved under ``root``, its
     results.json path returned; ``common`` settings go to every run (a run's own settings win)."""
-    model = root / "model"
-    tiny_model("llama", num_layers=2).save_pretrained(model)
-    byte_tokenizer().save_pretrained(model)
+    model = save_model_folder(tiny_model("llama", num_layers=2), root / "model")
     base = dict(model=str(model), num_pairs=3, num_positions=3, device="cpu", progress=False, plot=False)
 
     def run(name: str, variants: str, **settings) -> Path:

@@ -85,11 +85,10 @@ def make_inputs(folder: Path) -> Path:
     from peft import get_peft_model
 
     from rope_adapter import LrsConfig
-    from testkit.tiny_models import byte_tokenizer, tiny_model
+    from testkit.tiny_models import save_model_folder, tiny_model
 
     folder.mkdir(parents=True, exist_ok=True)
-    tiny_model("llama", num_layers=2).save_pretrained(folder / "model")
-    byte_tokenizer().save_pretrained(folder / "model")
+    save_model_folder(tiny_model("llama", num_layers=2), folder / "model")
     adapter = get_peft_model(tiny_model("llama", num_layers=2), LrsConfig(factors=[1.1, 1.3]))
     adapter.save_pretrained(folder / "adapter")
     (folder / "elsewhere").mkdir()

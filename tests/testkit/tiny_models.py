@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -72,6 +73,13 @@ def tiny_model(arch: str = "llama", num_layers: int = 4, seed: int = 0, **overri
     config = tiny_config(arch, num_layers, **overrides)
     config._attn_implementation = "eager" if arch.startswith("gemma") else "sdpa"
     return sharpen_queries_and_keys(AutoModelForCausalLM.from_config(config)).eval()
+
+
+def save_model_folder(model: PreTrainedModel, folder: Path) -> Path:
+    """``model`` and the byte tokenizer saved in ``folder`` (a model folder, what --model takes); ``folder``."""
+    model.save_pretrained(folder)
+    byte_tokenizer().save_pretrained(folder)
+    return folder
 
 
 def byte_tokenizer() -> PreTrainedTokenizerFast:
