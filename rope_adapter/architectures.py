@@ -17,6 +17,7 @@ from torch import nn
 
 from .errors import UnsupportedModelError
 from .factors import LAYOUTS, cos_sin, double_inv_freq
+from .rope_settings import RopeSettings
 
 # Architectures covered by the test suite; any other decoder with the same structure works too.
 TESTED_MODEL_TYPES = (
@@ -43,7 +44,7 @@ class RopeSite:
     layers: nn.ModuleList
     layer_types: list[str] | None  # per-layer rotary type (Gemma3), else None
     model_type: str
-    rope_parameters: dict[str, Any]
+    rope_parameters: RopeSettings  # the text config's rope_parameters ({} without any)
     rotary_dim: int  # number of rotated channels per head (partial rotary: less than head_dim)
     layout: str = "half"  # channel layout of the rotary's (cos, sin): "half" (cat) or "interleaved" (Cohere)
 

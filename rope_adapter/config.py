@@ -19,8 +19,10 @@ from . import files
 from .errors import AdapterFileError, InvalidFactorsError
 from .factors import check_factors_tensor, validate_factors
 from .files import dumps_json
+from .json_types import JsonObject
 from .numbers import as_int, is_scalar
 from .peft_type import LRS_PEFT_TYPE
+from .rope_settings import RopeSettings
 from .saving import commit_staged_weights, discard_staged_weights
 
 
@@ -55,11 +57,11 @@ class LrsConfig(PeftConfig):
     base_model_type: str | None = field(
         default=None, metadata={"help": "model_type of the base model (e.g. 'llama'); filled in."}
     )
-    base_rope_parameters: dict[str, Any] | None = field(
+    base_rope_parameters: RopeSettings | None = field(
         default=None,
         metadata={"help": "The base model's rope_parameters the factors were made for; filled in."},
     )
-    provenance: dict[str, Any] | None = field(
+    provenance: JsonObject | None = field(  # a search writes rope_adapter.provenance.Provenance
         default=None,
         metadata={"help": "How the factors were found: curve, control points, search study, task, scores."},
     )

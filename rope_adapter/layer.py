@@ -44,7 +44,11 @@ class LayerHook:
     def __init__(self, layer_idx: int) -> None:
         self.layer_idx = layer_idx
 
-    def __call__(self, module: nn.Module, args: tuple, kwargs: dict[str, Any]):
+    def __call__(
+        self, module: nn.Module, args: tuple, kwargs: dict[str, object]
+    ) -> tuple[tuple, dict[str, object]] | None:
+        """The layer's keyword arguments (torch's pre-hook ``with_kwargs``: whatever the decoder passes) with its own
+        ``position_embeddings``; None (unchanged) when the model's are not LRS ones."""
         pe = kwargs.get("position_embeddings")
         if not isinstance(pe, LrsPositionEmbeddings):
             return None

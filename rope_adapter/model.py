@@ -15,16 +15,8 @@ from .config import LrsConfig, check_provenance
 from .errors import AdapterFileError, AdapterMismatchError, AdapterNameError, LrsError, MergeError
 from .factors import check_factors_tensor, validate_factors
 from .layer import LrsRotaryLayer, install_layer_hooks, remove_layer_hooks
+from .rope_settings import rope_signature
 from .saving import FACTORS_KEY_SUFFIX
-
-
-def _rope_signature(params: dict[str, Any] | None) -> dict[str, Any]:
-    """The parts of rope_parameters an adapter depends on (type and its numbers), comparable across versions."""
-    if not params:
-        return {}
-    if all(isinstance(v, dict) for v in params.values()):  # per layer type (Gemma3)
-        return {k: _rope_signature(v) for k, v in sorted(params.items())}
-    return {k: v for k, v in sorted(params.items()) if k != "partial_rotary_factor"}
 
 
 def bind_config(config: LrsConfig, site: RopeSite, model: nn.Module) -> None:
@@ -47,7 +39,7 @@ def bind_config(config: LrsConfig, site: RopeSite, model: nn.Module) -> None:
             f"{site.rotary_dim}: use an adapter made for this base model"
         )
     if config.base_rope_parameters is not None:
-        want, have = _rope_signature(config.base_rope_parameters), _rope_signature(site.rope_parameters)
+        want, have = rope_signature(config.base_rope_parameters), rope_signature(site.rope_parameters)
         if want != have:
             raise AdapterMismatchError(
                 f"{where} was made for RoPE settings {want}, this model has {have}: the same factors mean "

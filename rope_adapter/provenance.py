@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from .differences import MeanDifference, WorstDifference
+from .json_types import JsonValue
+
 
 class ProvenanceCurve(TypedDict, total=False):
     """The Bézier curve the factors lie on."""
@@ -45,7 +48,7 @@ class ProvenanceTask(TypedDict, total=False):
     score: str
     k: int | None
     chat_template: Any
-    options: dict[str, Any]
+    options: dict[str, JsonValue]  # the task's own options
 
 
 class SearchScores(TypedDict, total=False):
@@ -58,6 +61,13 @@ class SearchScores(TypedDict, total=False):
     warning: str
 
 
+class HeldOutDifference(TypedDict):
+    """A held-out paired difference of the found curve (from the search report's ``holdout.differences``)."""
+
+    mean: MeanDifference
+    worst: WorstDifference
+
+
 class HeldOutScores(TypedDict, total=False):
     """The found curve's scores on the held-out records, against the base and the best uniform factor."""
 
@@ -66,7 +76,7 @@ class HeldOutScores(TypedDict, total=False):
     worst: float
     base_mean: float
     best_uniform_mean: float | None
-    differences: dict[str, dict[str, dict[str, Any]]]  # "found-base" -> {"mean": a paired difference, "worst": ...}
+    differences: dict[str, HeldOutDifference]  # "found-base", "found-best_uniform"
     verdict: str
 
 

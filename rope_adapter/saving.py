@@ -84,7 +84,7 @@ def is_lrs_weights_file(path: Path) -> bool:
 def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
     """``original`` (safetensors' ``save_file``), writing an LRS state dict to a staged temporary file instead."""
 
-    def save_file(tensors: dict[str, Any], filename: str, metadata: dict[str, str] | None = None) -> None:
+    def save_file(tensors: dict[str, torch.Tensor], filename: str, metadata: dict[str, str] | None = None) -> None:
         if not is_lrs_state_dict(tensors):
             original(tensors, filename, metadata=metadata)
             return

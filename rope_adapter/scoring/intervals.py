@@ -18,11 +18,30 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
 CONFIDENCE = 0.95
+
+
+class IntervalEntry(TypedDict):
+    """An :class:`Interval` as the JSON files hold it (``Interval.to_dict``)."""
+
+    mean: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+
+
+class DifferenceEntry(TypedDict):
+    """A :class:`Difference` as the JSON files hold it (``Difference.to_dict``)."""
+
+    diff: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int
+    verdict: str
 
 
 @dataclass(frozen=True)
@@ -34,7 +53,7 @@ class Interval:
     high: float | None
     n: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> IntervalEntry:
         return {"mean": self.mean, "ci_low": self.low, "ci_high": self.high, "n": self.n}
 
     def brackets(self, value: float) -> bool:
@@ -52,7 +71,7 @@ class Difference:
     n: int
     verdict: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> DifferenceEntry:
         return {"diff": self.mean, "ci_low": self.low, "ci_high": self.high, "n": self.n, "verdict": self.verdict}
 
 

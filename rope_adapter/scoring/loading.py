@@ -5,7 +5,7 @@ model names (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``) resolve
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -125,6 +125,14 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     return tokenizer
 
 
+class _ModelOptions(TypedDict, total=False):
+    """What :func:`load_model` passes to ``from_pretrained``."""
+
+    dtype: torch.dtype
+    attn_implementation: str
+    device_map: str
+
+
 def load_model(
     name_or_path: str | os.PathLike[str] = "smollm2-135m-instruct",
     *,
@@ -138,7 +146,7 @@ def load_model(
     search and evaluation. ``device_map`` (e.g. ``"auto"``) is passed to ``from_pretrained`` instead of moving the
     model to ``device``; ``tokenizer`` names another tokenizer (default: the model's)."""
     path = resolve_model_path(name_or_path)
-    kwargs: dict[str, Any] = {"dtype": resolve_dtype(dtype)}
+    kwargs: _ModelOptions = {"dtype": resolve_dtype(dtype)}
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
     if device_map:

@@ -8,23 +8,37 @@ step reports them, ``eval`` does not compute them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TypedDict
 
-from .intervals import mean_interval, proportion_interval
+import numpy as np
+
+from .intervals import Interval, mean_interval, proportion_interval
 
 
-def _metric(title: str, short: str, *, proportion: bool, eval_score: bool = True) -> dict[str, Any]:
+class Metric(TypedDict):
+    """One score of :data:`METRIC_TABLE`."""
+
+    title: str
+    short: str  # axis and table label
+    higher_is_better: bool
+    proportion: bool  # 0/1 per sample: a Wilson interval, three decimals
+    interval: Callable[[Sequence[float] | np.ndarray, float], Interval]  # summarises one group of per-sample values
+    eval_score: bool  # computed by ``rope-adapter eval`` (--scores)
+
+
+def _metric(title: str, short: str, *, proportion: bool, eval_score: bool = True) -> Metric:
     return {
         "title": title,
         "short": short,
         "higher_is_better": True,
-        "proportion": proportion,  # 0/1 per sample: a Wilson interval, three decimals
+        "proportion": proportion,
         "interval": proportion_interval if proportion else mean_interval,
         "eval_score": eval_score,
     }
 
 
-METRIC_TABLE: dict[str, dict[str, Any]] = {
+METRIC_TABLE: dict[str, Metric] = {
     "accuracy": _metric("Greedy accuracy (the benchmark's rule)", "accuracy", proportion=True),
     "tf_accuracy": _metric(
         "Teacher-forced accuracy (every answer token is the argmax: greedy decoding writes the answer)",
@@ -50,7 +64,7 @@ METRIC_TABLE: dict[str, dict[str, Any]] = {
 """Every score the project reports: ``title``, ``short`` (axis and table label), ``higher_is_better``,
 ``proportion`` (0/1 per sample), ``interval`` (summarises a group of per-sample values) and ``eval_score``."""
 
-METRICS: dict[str, dict[str, Any]] = {name: m for name, m in METRIC_TABLE.items() if m["eval_score"]}
+METRICS: dict[str, Metric] = {name: m for name, m in METRIC_TABLE.items() if m["eval_score"]}
 """The scores of a position sweep (``rope-adapter eval --scores``), in :data:`METRIC_TABLE`'s entries."""
 
 PROPORTIONS: tuple[str, ...] = tuple(name for name, m in METRIC_TABLE.items() if m["proportion"])

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from .intervals import bootstrap_interval, paired_t_interval
+from rope_adapter.differences import MeanDifference, PairedDifferences, PositionDifference
+
+from .intervals import Difference, bootstrap_interval, paired_t_interval
 from .numbers import fmt, fmt_interval
 
 BOOTSTRAP_SAMPLES = 2000
@@ -32,10 +33,9 @@ def _se(values: np.ndarray) -> float | None:
     return float(values.std(ddof=1) / math.sqrt(len(values))) if len(values) > 1 else None
 
 
-def _entry(diff: np.ndarray, count_key: str = "n") -> dict[str, Any]:
-    """diff, se, the t interval and verdict of paired differences (one per sample or per record)."""
-    d = paired_t_interval(diff, np.zeros_like(diff))
-    return {"diff": d.mean, "se": _se(diff), count_key: d.n, "ci_low": d.low, "ci_high": d.high, "verdict": d.verdict}
+def _interval(diff: np.ndarray) -> tuple[Difference, float | None]:
+    """The t interval and verdict of paired differences (one per sample or per record), and their standard error."""
+    return paired_t_interval(diff, np.zeros_like(diff)), _se(diff)
 
 
 def differences_by_position_and_record(
@@ -44,15 +44,23 @@ def differences_by_position_and_record(
     positions: np.ndarray,
     record_ids: Sequence[str],
     seed: int = 0,
-) -> dict[str, Any]:
+) -> PairedDifferences:
     """``a - b`` per position, for the mean over positions and for the worst position (see the module docstring)."""
     a, b = np.asarray(a, float), np.asarray(b, float)
     positions = np.asarray(positions)
     diff = a - b
     levels = np.unique(positions)
-    by_position = {}
+    by_position: dict[str, PositionDifference] = {}
     for p in levels:
-        by_position[str(int(p))] = _entry(diff[positions == p])
+        d, se = _interval(diff[positions == p])
+        by_position[str(int(p))] = {
+            "diff": d.mean,
+            "se": se,
+            "n": d.n,
+            "ci_low": d.low,
+            "ci_high": d.high,
+            "verdict": d.verdict,
+        }
     records = list(dict.fromkeys(record_ids))
     index = {r: i for i, r in enumerate(records)}
     rows = np.array([index[r] for r in record_ids])
@@ -71,12 +79,20 @@ def differences_by_position_and_record(
         with np.errstate(all="ignore"), _ignore_nan_warnings():
             boots.append(np.nanmin(np.nanmean(grid_a[pick], axis=0)) - np.nanmin(np.nanmean(grid_b[pick], axis=0)))
     boots_arr = np.array([x for x in boots if np.isfinite(x)])
-    mean = _entry(record_diff, "n_records")
+    d, se = _interval(record_diff)
     boot = bootstrap_interval(record_diff, seed=seed)
-    mean.update(bootstrap_low=boot.low, bootstrap_high=boot.high)
     return {
         "by_position": by_position,
-        "mean": mean,
+        "mean": {
+            "diff": d.mean,
+            "se": se,
+            "n_records": d.n,
+            "ci_low": d.low,
+            "ci_high": d.high,
+            "verdict": d.verdict,
+            "bootstrap_low": boot.low,
+            "bootstrap_high": boot.high,
+        },
         "worst": {"diff": worst, "se_bootstrap": float(boots_arr.std(ddof=1)) if len(boots_arr) > 1 else None},
     }
 
@@ -91,7 +107,7 @@ class _ignore_nan_warnings:
         self._ctx.__exit__(*exc)
 
 
-def describe_difference(name: str, d: Mapping[str, Any]) -> str:
+def describe_difference(name: str, d: PositionDifference | MeanDifference) -> str:
     """``"found - base: +0.052 [+0.010, +0.094] (2.5 SE)"`` (``± se`` when no interval was stored)."""
     se = d.get("se")
     if se is None or se == 0:

@@ -32,10 +32,10 @@ import copy
 import inspect
 import math
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from peft import PeftModel, get_peft_model
@@ -45,6 +45,7 @@ from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, get_fa
 from rope_adapter.errors import LrsError
 from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
 from rope_adapter.numbers import parse_number
+from rope_adapter.rope_settings import RopeSettings, copy_rope_settings, rope_signature, rotaries
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
 """RoPE types a variant can set, by their transformers names (``ROPE_INIT_FUNCTIONS`` keys)."""
@@ -55,6 +56,24 @@ VARIANT_HELP = (
     "comma-separated variants: base, uniform:F, adapter:PATH (folder or Hub id), linear:F (PI), dynamic:F "
     "(Dynamic NTK), yarn:F, and mixes joined by '+' such as linear:2+adapter:PATH; prefix NAME= to label one"
 )
+
+
+class VariantSpec(TypedDict):
+    """A variant as results.json lists it (:meth:`Variant.to_dict`)."""
+
+    name: str
+    spec: str
+    rope_type: str | None
+    rope_factor: float | None
+    uniform: float | None
+    adapter: str | None
+
+
+class BuiltVariant(TypedDict):
+    """What a built variant's model has (:func:`describe_variant`): its RoPE settings and LRS factors."""
+
+    rope_parameters: RopeSettings
+    factors: list[float] | None
 
 
 class VariantError(LrsError):
@@ -88,7 +107,7 @@ class Variant:
         """True for the model as loaded (no RoPE change, no adapter)."""
         return self.rope_type is None and self.uniform is None and self.adapter is None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> VariantSpec:
         return {
             "name": self.name,
             "spec": self.spec,
@@ -204,25 +223,15 @@ def _text_config(config: Any) -> Any:
     return config.get_text_config() if hasattr(config, "get_text_config") else config
 
 
-def _rope_key(params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What an adapter depends on in ``rope_parameters`` (as the core compares them)."""
-    if not params:
-        return {}
-    if all(isinstance(v, dict) for v in params.values()):  # per layer type (Gemma3)
-        return {k: _rope_key(v) for k, v in sorted(params.items())}
-    return {k: v for k, v in sorted(params.items()) if k != "partial_rotary_factor"}
-
-
-def variant_rope_parameters(config: Any, variant: Variant) -> dict[str, Any]:
+def variant_rope_parameters(config: Any, variant: Variant) -> RopeSettings:
     """The ``rope_parameters`` a variant's model has, computed from the base model's config (no weights)."""
     text = _text_config(config)
-    base = copy.deepcopy(dict(getattr(text, "rope_parameters", None) or {}))
+    base = copy_rope_settings(text)
     if variant.rope_type is None:
         return base
     if not base:
         raise VariantError(f"variant {variant.name!r}: the model config has no rope_parameters to change")
-    nested = all(isinstance(v, dict) for v in base.values())
-    for params in base.values() if nested else [base]:
+    for params in rotaries(base):
         for key in ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow"):
             params.pop(key, None)
         params["rope_type"] = variant.rope_type
@@ -273,7 +282,7 @@ def check_variants(variants: Sequence[Variant], config: Any) -> dict[str, Adapte
     text = _text_config(config)
     num_layers = getattr(text, "num_hidden_layers", None)
     head_dim = _head_dim(text)
-    base_rope = _rope_key(getattr(text, "rope_parameters", None))
+    base_rope = rope_signature(getattr(text, "rope_parameters", None))
     cache: dict[str, tuple[LrsConfig, list[float]]] = {}
     plans: dict[str, AdapterPlan] = {}
     for variant in variants:
@@ -295,8 +304,8 @@ def check_variants(variants: Sequence[Variant], config: Any) -> dict[str, Adapte
                 f"{where} was made for head size {lrs.head_dim}, this {text.model_type} model has {head_dim}: "
                 "use an adapter made for this base model"
             )
-        made_for = _rope_key(lrs.base_rope_parameters)
-        target = _rope_key(getattr(_text_config(vconfig), "rope_parameters", None))
+        made_for = rope_signature(lrs.base_rope_parameters)
+        target = rope_signature(getattr(_text_config(vconfig), "rope_parameters", None))
         if lrs.base_rope_parameters is None or made_for == target:
             load_as_saved = True
         elif variant.rope_type is not None and made_for == base_rope:
@@ -328,10 +337,9 @@ def _rebuild_rotary(model: nn.Module) -> None:
     buffers = list(old.buffers())
     device = buffers[0].device if buffers else torch.device("cpu")
     cls = type(old)
-    kwargs: dict[str, Any] = {}
-    if "device" in inspect.signature(cls.__init__).parameters:
-        kwargs["device"] = device
-    new = cls(getattr(old, "config", None) or _text_config(model.config), **kwargs)
+    takes_device = "device" in inspect.signature(cls.__init__).parameters
+    config = getattr(old, "config", None) or _text_config(model.config)
+    new = cls(config, device=device) if takes_device else cls(config)
     site.backbone.rotary_emb = new.to(device)
 
 
@@ -381,11 +389,11 @@ def build_variant(
     yield work.eval()
 
 
-def describe_variant(model: nn.Module) -> dict[str, Any]:
+def describe_variant(model: nn.Module) -> BuiltVariant:
     """RoPE settings and LRS factors of a built variant (for results.json)."""
     text = _text_config(getattr(model, "config", None))
     try:
         factors = get_factors(model)
     except TypeError:
         factors = None
-    return {"rope_parameters": copy.deepcopy(dict(getattr(text, "rope_parameters", None) or {})), "factors": factors}
+    return {"rope_parameters": copy_rope_settings(text), "factors": factors}
