@@ -131,14 +131,20 @@ def no_model_load(monkeypatch):
     monkeypatch.setattr(study_mod, "make_worker", refuse)
 
 
+def _search_is_refused_and_leaves_out_as_it_was(out: Path, model_dir: Path, match: str) -> None:
+    before = _snapshot(out)
+    with pytest.raises(SearchError, match=match):
+        run_search(small(out, model_dir))
+    assert _snapshot(out) == before
+
+
 def test_search_refuses_an_out_with_another_studys_report(tmp_path, model_dir, no_model_load):
     out = tmp_path / "out"
     out.mkdir()
     (out / "search_report.json").write_text(json.dumps({"study": {"name": "other", "storage": "sqlite:///x.db"}}))
-    before = _snapshot(out)
-    with pytest.raises(SearchError, match=r"study 'other' in sqlite:///x.db.*replaces only its own outputs"):
-        run_search(small(out, model_dir))
-    assert _snapshot(out) == before
+    _search_is_refused_and_leaves_out_as_it_was(
+        out, model_dir, r"study 'other' in sqlite:///x.db.*replaces only its own outputs"
+    )
 
 
 def test_search_refuses_an_adapter_folder_it_did_not_write(tmp_path, model_dir, no_model_load):
@@ -147,18 +153,16 @@ def test_search_refuses_an_adapter_folder_it_did_not_write(tmp_path, model_dir, 
     (out / "adapter" / "adapter_config.json").write_text(
         json.dumps({**json.loads((out / "adapter" / "adapter_config.json").read_text()), "provenance": None})
     )
-    before = _snapshot(out)
-    with pytest.raises(SearchError, match=r"holds adapter \(no search report or adapter that names the study"):
-        run_search(small(out, model_dir))
-    assert _snapshot(out) == before
+    _search_is_refused_and_leaves_out_as_it_was(
+        out, model_dir, r"holds adapter \(no search report or adapter that names the study"
+    )
 
 
 def test_search_refuses_a_plot_of_unknown_origin(tmp_path, model_dir, no_model_load):
     out = tmp_path / "out"
     out.mkdir()
     (out / "factors.png").write_bytes(b"the user's figure")
-    with pytest.raises(SearchError, match="no search report or adapter that names the study"):
-        run_search(small(out, model_dir))
+    _search_is_refused_and_leaves_out_as_it_was(out, model_dir, "no search report or adapter that names the study")
     assert (out / "factors.png").read_bytes() == b"the user's figure"
 
 
