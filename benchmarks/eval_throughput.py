@@ -24,7 +24,7 @@ import torch
 from machine_info import environment, timed
 from result_files import RESULTS, write_summary
 
-from rope_adapter.embedded import load_default_model
+from rope_adapter.embedded.loading import load_default_model
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
 from rope_adapter.scoring.tasks import get_task

@@ -25,7 +25,7 @@ from machine_info import environment, timed
 from result_files import RESULTS, write_summary
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rope_adapter.embedded import resolve_model_path
+from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
 from rope_adapter.scoring.tasks import get_task

@@ -39,7 +39,8 @@ from result_files import RESULTS, write_summary
 from vllm import LLM, SamplingParams
 
 from rope_adapter import LrsConfig
-from rope_adapter.embedded import default_model_dir, load_default_model
+from rope_adapter.embedded.convert import default_model_dir
+from rope_adapter.embedded.loading import load_default_model
 from rope_adapter.export import export_model
 
 

@@ -31,7 +31,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, Pre
 import rope_adapter
 from rope_adapter import LrsConfig, files, find_rope_site, get_factors, load_lrs_config
 from rope_adapter.api import check_adapter_folder
-from rope_adapter.embedded import resolve_model_path
+from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.standalone import (
     CodegenError,
     names_for_model,

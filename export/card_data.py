@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from rope_adapter import read_adapter_factors
-from rope_adapter.embedded import embedded_hub_id
+from rope_adapter.embedded.loading import embedded_hub_id
 from rope_adapter.errors import LrsError
 from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
 from rope_adapter.export.staging import ExportError

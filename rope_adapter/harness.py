@@ -22,7 +22,7 @@ from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import rope_adapter  # noqa: F401 - registers the PEFT type "LRS" before lm_eval loads any adapter
-from rope_adapter.embedded import resolve_model_path
+from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.errors import LrsError
 
 PROG = "rope-adapter-lm-eval"

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.embedded import find_embedded
+from rope_adapter.embedded.registry import find_embedded
 from rope_adapter.files import dumps_json
 
 from .racing import stage_ends

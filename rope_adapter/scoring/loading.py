@@ -10,7 +10,7 @@ from typing import Any, TypedDict
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from rope_adapter.embedded import resolve_model_path
+from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.errors import LrsError
 
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 from peft import PeftModel, get_peft_model
 from safetensors.torch import save_file
+from testkit.adapter_files import edit_adapter_config
 from testkit.tiny_models import tiny_model
 from torch import nn
 
@@ -114,22 +115,16 @@ def test_adapter_for_other_rope_settings_is_refused(adapter_dir):
         PeftModel.from_pretrained(other, adapter_dir)
 
 
-def _edit_config(folder: Path, **changes):
-    cfg = json.loads((folder / "adapter_config.json").read_text())
-    cfg.update(changes)
-    (folder / "adapter_config.json").write_text(json.dumps(cfg))
-
-
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
         (lambda d: (d / "adapter_config.json").write_text("{not json"), "not valid JSON"),
-        (lambda d: _edit_config(d, factors=[1.0, 1.2, 1.4, 9.0]), "disagree on the factors"),
-        (lambda d: _edit_config(d, factors=[1.0, 1.2, -1.4, 1.6]), "finite and > 0"),
-        (lambda d: _edit_config(d, factors=[1.0, 1.2]), "2 factors"),
-        (lambda d: _edit_config(d, num_layers="four"), "positive integer"),
-        (lambda d: _edit_config(d, surprise=1), "unknown keys"),
-        (lambda d: _edit_config(d, factors=None), "lacks 'factors'"),
+        (lambda d: edit_adapter_config(d, factors=[1.0, 1.2, 1.4, 9.0]), "disagree on the factors"),
+        (lambda d: edit_adapter_config(d, factors=[1.0, 1.2, -1.4, 1.6]), "finite and > 0"),
+        (lambda d: edit_adapter_config(d, factors=[1.0, 1.2]), "2 factors"),
+        (lambda d: edit_adapter_config(d, num_layers="four"), "positive integer"),
+        (lambda d: edit_adapter_config(d, surprise=1), "unknown keys"),
+        (lambda d: edit_adapter_config(d, factors=None), "lacks 'factors'"),
     ],
 )
 def test_corrupt_adapter_config_is_refused(adapter_dir, edit, match):

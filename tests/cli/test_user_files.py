@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from testkit.adapter_files import edit_adapter_config
 from testkit.card_folders import make_adapter
 from testkit.searches import small
 from testkit.tiny_models import save_model_folder, tiny_model
@@ -150,9 +151,7 @@ def test_search_refuses_an_out_with_another_studys_report(tmp_path, model_dir, n
 def test_search_refuses_an_adapter_folder_it_did_not_write(tmp_path, model_dir, no_model_load):
     out = tmp_path / "out"
     make_adapter(out / "adapter", results=False)  # the user's adapter, provenance of another study
-    (out / "adapter" / "adapter_config.json").write_text(
-        json.dumps({**json.loads((out / "adapter" / "adapter_config.json").read_text()), "provenance": None})
-    )
+    edit_adapter_config(out / "adapter", provenance=None)
     _search_is_refused_and_leaves_out_as_it_was(
         out, model_dir, r"holds adapter \(no search report or adapter that names the study"
     )

