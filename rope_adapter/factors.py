@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .errors import AdapterFileError, InvalidFactorsError
-from .numbers import as_real, is_scalar, items_of
+from .numbers import as_int, as_real, is_scalar, items_of
 
 FACTOR_MIN = 1e-3
 FACTOR_MAX = 1e3
@@ -31,6 +31,11 @@ _RANGE_HINT = (
     f"factors must be finite and > 0, in [{FACTOR_MIN:g}, {FACTOR_MAX:g}]; 1.0 leaves a layer unchanged, "
     f"values above 1 interpolate positions (slower RoPE decay)"
 )
+
+
+def _layers(num_layers: Any) -> int:
+    """The layer count validate_factors is given, in any whole-number type (checked once the factors are)."""
+    return as_int(num_layers, "num_layers", error=InvalidFactorsError, low=0)  # type: ignore[return-value]
 
 
 def validate_factors(factors: Any, num_layers: int) -> list[float]:
@@ -52,7 +57,7 @@ def validate_factors(factors: Any, num_layers: int) -> list[float]:
             one = as_real(factors, "factors", error=InvalidFactorsError, finite=False)
         except InvalidFactorsError as exc:
             raise InvalidFactorsError(f"factors must be a number or a list of numbers (one per layer): {exc}") from None
-        items = [one] * num_layers
+        items = [one] * _layers(num_layers)
     else:
         try:
             items = items_of(factors, "factors", InvalidFactorsError)
@@ -67,7 +72,7 @@ def validate_factors(factors: Any, num_layers: int) -> list[float]:
             values.append(as_real(item, f"factors[{index}]", error=InvalidFactorsError, finite=False))
         except InvalidFactorsError as exc:
             raise InvalidFactorsError(f"factors must be numbers (not booleans, strings or lists): {exc}") from None
-    if len(values) != num_layers:
+    if len(values) != _layers(num_layers):
         raise InvalidFactorsError(
             f"got {len(values)} factors for a model with {num_layers} decoder layers: "
             f"give exactly one factor per layer (or a single number for all layers)"

@@ -22,7 +22,9 @@ from typing import Literal
 
 import numpy as np
 
+from rope_adapter.errors import LrsError
 from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
+from rope_adapter.numbers import as_int, as_real
 
 XMode = Literal["fixed", "free"]
 X_MODES: tuple[str, ...] = ("fixed", "free")
@@ -239,23 +241,20 @@ class BezierSpace:
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.degree, bool) or not isinstance(self.degree, (int, np.integer)) or self.degree < 1:
-            raise ValueError(f"degree must be an integer >= 1, got {self.degree!r}")
-        for name in ("s_min", "s_max", "margin"):
-            value = getattr(self, name)
-            if not np.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value!r}")
+        object.__setattr__(self, "degree", as_int(self.degree, "degree", low=1))
+        for name in ("s_min", "s_max", "margin"):  # any number type, kept as a float; LrsError naming it otherwise
+            object.__setattr__(self, name, as_real(getattr(self, name), name))
         if not self.s_min < self.s_max:
-            raise ValueError(f"s_min must be smaller than s_max, got s_min={self.s_min}, s_max={self.s_max}")
+            raise LrsError(f"s_min must be smaller than s_max, got s_min={self.s_min}, s_max={self.s_max}")
         if self.s_min <= 0:
-            raise ValueError(f"s_min must be positive (factors divide inv_freq), got {self.s_min}")
+            raise LrsError(f"s_min must be positive (factors divide inv_freq), got {self.s_min}")
         if self.s_min < FACTOR_MIN or self.s_max > FACTOR_MAX:
-            raise ValueError(
+            raise LrsError(
                 f"s_min and s_max must lie in the adapter's factor range [{FACTOR_MIN:g}, {FACTOR_MAX:g}], got "
                 f"[{self.s_min:g}, {self.s_max:g}]"
             )
         if self.margin < 0:
-            raise ValueError(f"margin must be >= 0, got {self.margin}")
+            raise LrsError(f"margin must be >= 0, got {self.margin}")
         _check_x_mode(self.x_mode)
 
     @property

@@ -46,6 +46,8 @@ import numpy as np
 import torch
 
 import rope_adapter
+from rope_adapter.errors import LrsError
+from rope_adapter.numbers import as_int, as_real, as_reals, parse_number
 from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.logprobs import TokenLogprobs, position_means
 from rope_adapter.scoring.shared_prefix import TokenizedTask, token_logprobs
@@ -95,19 +97,16 @@ class ObjectiveSpec:
 
     def __post_init__(self) -> None:
         if self.score not in SCORE_KINDS:
-            raise ValueError(f"score must be one of {SCORE_KINDS}, got {self.score!r}")
+            raise LrsError(f"score must be one of {SCORE_KINDS}, got {self.score!r}")
         if self.kind not in OBJECTIVE_KINDS:
-            raise ValueError(f"objective must be one of {OBJECTIVE_KINDS}, got {self.kind!r}")
-        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1):
-            raise ValueError(f"k must be an integer >= 1 or None, got {self.k!r}")
-        if not 0.0 <= self.worst_weight <= 1.0:
-            raise ValueError(f"worst_weight must be in [0, 1], got {self.worst_weight}")
+            raise LrsError(f"objective must be one of {OBJECTIVE_KINDS}, got {self.kind!r}")
+        object.__setattr__(self, "k", as_int(self.k, "k", low=1, optional=True))
+        object.__setattr__(self, "worst_weight", as_real(self.worst_weight, "worst_weight", low=0.0, high=1.0))
         if self.position_weights is not None:
-            weights = np.asarray(self.position_weights, dtype=np.float64)
-            if weights.ndim != 1 or not np.all(np.isfinite(weights)) or np.any(weights < 0) or weights.sum() <= 0:
-                raise ValueError(
-                    f"position_weights must be non-negative with a positive sum, got {self.position_weights}"
-                )
+            weights = tuple(as_reals(self.position_weights, "position_weights", low=0.0))
+            if sum(weights) <= 0:
+                raise LrsError(f"position_weights must be non-negative with a positive sum, got {list(weights)}")
+            object.__setattr__(self, "position_weights", weights)
 
     @property
     def names(self) -> list[str]:
@@ -159,23 +158,30 @@ class LayerBound:
 
     @classmethod
     def parse(cls, text: str) -> LayerBound:
-        """``"FIRST-LAST:LOW:HIGH"`` or ``"LAYER:LOW:HIGH"``, e.g. ``"25-29:1.0:1.0"`` keeps the last five at 1."""
-        match = _LAYER_BOUND.match(text)
+        """``"FIRST-LAST:LOW:HIGH"`` or ``"LAYER:LOW:HIGH"``, e.g. ``"25-29:1.0:1.0"`` keeps the last five at 1.
+        LOW and HIGH are numbers as the command line writes them (``1.2``, ``3/2``, ``1e0``)."""
+        match = _LAYER_BOUND.match(text) if isinstance(text, str) else None
         if match is None:
-            raise ValueError(f"layer bound {text!r} is not FIRST-LAST:LOW:HIGH (e.g. '0-4:1.0:1.2')")
+            raise LrsError(f"layer bound {text!r} is not FIRST-LAST:LOW:HIGH (e.g. '0-4:1.0:1.2')")
         first = int(match.group(1))
         last = int(match.group(2)) if match.group(2) is not None else first
         try:
-            low, high = float(match.group(3)), float(match.group(4))
+            low, high = parse_number(match.group(3)), parse_number(match.group(4))
         except ValueError:
-            raise ValueError(f"layer bound {text!r}: LOW and HIGH must be numbers") from None
-        return cls(first, last, low, high)
+            raise LrsError(f"layer bound {text!r}: LOW and HIGH must be numbers") from None
+        return cls(first, last, low, high)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        """Any number type (:mod:`rope_adapter.numbers`) is kept as a plain int or float; anything else, a
+        non-finite bound or a layer that is not a whole number is an :class:`LrsError` naming the field."""
+        for name in ("first", "last"):
+            object.__setattr__(self, name, as_int(getattr(self, name), f"layer bound {name}"))
+        for name in ("low", "high"):
+            object.__setattr__(self, name, as_real(getattr(self, name), f"layer bound {name}"))
         if self.first < 0 or self.last < self.first:
-            raise ValueError(f"layer bound {self}: need 0 <= first <= last")
-        if not (math.isfinite(self.low) and math.isfinite(self.high)) or self.low > self.high:
-            raise ValueError(f"layer bound {self}: need finite low <= high")
+            raise LrsError(f"layer bound {self}: need 0 <= first <= last")
+        if self.low > self.high:
+            raise LrsError(f"layer bound {self}: need low <= high")
 
     def __str__(self) -> str:
         return f"{self.first}-{self.last}:{self.low:g}:{self.high:g}"
@@ -196,6 +202,10 @@ class FactorConstraints:
     layer_bounds: tuple[LayerBound, ...] = ()
     max_step: float | None = None
     user: tuple[UserConstraint, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_layers", as_int(self.num_layers, "num_layers", low=1))
+        object.__setattr__(self, "max_step", as_real(self.max_step, "max_step", optional=True))
 
     def names(self) -> list[str]:
         """One name per constraint value."""

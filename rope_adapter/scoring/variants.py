@@ -44,7 +44,7 @@ from torch import nn
 from rope_adapter import AdapterMismatchError, LrsConfig, find_rope_site, get_factors, read_adapter_factors
 from rope_adapter.errors import LrsError
 from rope_adapter.factors import FACTOR_MAX, FACTOR_MIN
-from rope_adapter.numbers import parse_number
+from rope_adapter.numbers import as_real, parse_number
 from rope_adapter.rope_settings import RopeSettings, copy_rope_settings, rope_signature, rotaries
 
 ROPE_TYPES = ("linear", "dynamic", "yarn")
@@ -89,6 +89,10 @@ class Variant:
     rope_factor: float | None = field(default=None, metadata={"help": "Factor of rope_type."})
     uniform: float | None = field(default=None, metadata={"help": "Same LRS factor on every layer."})
     adapter: str | None = field(default=None, metadata={"help": "LRS adapter folder or Hub repo id."})
+
+    def __post_init__(self) -> None:
+        for name in ("rope_factor", "uniform"):  # any number type, kept as a float; VariantError naming it otherwise
+            object.__setattr__(self, name, as_real(getattr(self, name), name, error=VariantError, optional=True))
 
     @property
     def spec(self) -> str:

@@ -20,7 +20,30 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from rope_adapter.errors import LrsError
+from rope_adapter.numbers import as_int, as_ints
+
 R = TypeVar("R")
+
+
+class TaskError(LrsError):
+    """An unknown task, an option the task does not take, or a bad option value; the message says which."""
+
+
+def task_int(value: Any, name: str, *, low: int | None = None, high: int | None = None) -> int:
+    """A task's whole-number setting (any number type, :mod:`rope_adapter.numbers`) as a Python int, or a
+    :class:`TaskError` naming it: ``2.7`` is refused, never truncated; a bool or a string is not a number."""
+    return as_int(value, name, error=TaskError, low=low, high=high)  # type: ignore[return-value]
+
+
+def optional_task_int(value: Any, name: str, *, low: int | None = None) -> int | None:
+    """:func:`task_int` where None means "the default" (all records, no stride)."""
+    return None if value is None else task_int(value, name, low=low)
+
+
+def task_positions(positions: Any) -> list[int] | None:
+    """Gold positions (a list, tuple, range, 1-D array or tensor of whole numbers) as a list of ints, or None."""
+    return None if positions is None else as_ints(positions, "positions", error=TaskError)
 
 
 @dataclass(frozen=True)
@@ -108,14 +131,15 @@ def evenly_spaced_positions(num_slots: int, count: int = 5) -> list[int]:
 
     20 slots give ``[0, 5, 10, 14, 19]``.
     """
+    num_slots, count = task_int(num_slots, "num_slots"), task_int(count, "count")
     if num_slots < 1:
-        raise ValueError(f"need at least one slot, got {num_slots}")
+        raise TaskError(f"need at least one slot, got {num_slots}")
     if count < 1:
-        raise ValueError(f"need at least one position, got {count}")
+        raise TaskError(f"need at least one position, got {count}")
     if count == 1:
         return [0]
     if count > num_slots:
-        raise ValueError(
+        raise TaskError(
             f"cannot place {count} distinct gold positions in {num_slots} slots: ask for at most {num_slots} "
             "(--num-positions), give them (--positions), or make the records longer"
         )
@@ -124,15 +148,17 @@ def evenly_spaced_positions(num_slots: int, count: int = 5) -> list[int]:
 
 
 def check_positions(positions: Sequence[int], num_slots: int, what: str) -> list[int]:
-    """Validate gold positions against ``0 .. num_slots - 1``; returns them as a list of ints."""
-    positions = list(positions)
+    """Validate gold positions (any container of whole numbers) against ``0 .. num_slots - 1``; returns them as a
+    list of ints."""
+    positions = as_ints(positions, "positions", error=TaskError)
+    num_slots = task_int(num_slots, "num_slots")
     if not positions:
-        raise ValueError("positions must not be empty")
-    bad = [p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < num_slots]
+        raise TaskError("positions must not be empty")
+    bad = [p for p in positions if not 0 <= p < num_slots]
     if bad:
-        raise ValueError(f"positions {bad} outside 0..{num_slots - 1} ({num_slots} {what})")
+        raise TaskError(f"positions {bad} outside 0..{num_slots - 1} ({num_slots} {what})")
     if len(set(positions)) != len(positions):
-        raise ValueError(f"positions must be distinct, got {positions}")
+        raise TaskError(f"positions must be distinct, got {positions}")
     return positions
 
 
@@ -141,10 +167,11 @@ def split_records(records: Sequence[R], n_search: int, n_holdout: int, seed: int
 
     The order of the returned records follows the shuffle; the same seed gives the same split.
     """
+    n_search, n_holdout, seed = task_int(n_search, "n_search"), task_int(n_holdout, "n_holdout"), task_int(seed, "seed")
     if n_search < 0 or n_holdout < 0:
-        raise ValueError(f"n_search and n_holdout must be >= 0, got {n_search} and {n_holdout}")
+        raise TaskError(f"n_search and n_holdout must be >= 0, got {n_search} and {n_holdout}")
     if n_search + n_holdout > len(records):
-        raise ValueError(
+        raise TaskError(
             f"asked for {n_search} search + {n_holdout} held-out records but only {len(records)} are available"
         )
     order = list(range(len(records)))
@@ -162,6 +189,7 @@ def read_jsonl(path: str | Path, required_keys: Sequence[str] = (), limit: int |
         ValueError: the file is unreadable, empty, not JSON lines, or a line misses a required key.
     """
     path = Path(path)
+    limit = optional_task_int(limit, "limit", low=0)
     if not path.is_file():
         raise FileNotFoundError(f"data file {str(path)!r} does not exist")
     opener = gzip.open if path.suffix == ".gz" else open

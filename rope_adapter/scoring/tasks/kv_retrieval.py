@@ -31,8 +31,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .base import Sample, Task, check_positions, evenly_spaced_positions, read_jsonl
-from .registry import register_task
+from .base import (
+    Sample,
+    Task,
+    check_positions,
+    evenly_spaced_positions,
+    optional_task_int,
+    read_jsonl,
+    task_int,
+    task_positions,
+)
+from .registry import TaskError, register_task
 
 KV_INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below."
 KV_QUERY = '\n\nKey: "{key}"\nCorresponding value:'
@@ -124,11 +133,14 @@ class KVRetrievalTask(Task):
     generation_slack = 4
 
     def __post_init__(self) -> None:
-        if self.num_records is not None and self.num_records < 1:
-            raise ValueError(f"num_records must be >= 1, got {self.num_records}")
+        self.num_records = optional_task_int(self.num_records, "num_records", low=1)
+        self.num_pairs = task_int(self.num_pairs, "num_pairs")
+        self.positions = task_positions(self.positions)
+        self.num_positions = task_int(self.num_positions, "num_positions")
+        self.seed = task_int(self.seed, "seed")
         if self.data_path is None:
             if self.num_pairs < 2:
-                raise ValueError(f"num_pairs must be >= 2, got {self.num_pairs}")
+                raise TaskError(f"num_pairs must be >= 2, got {self.num_pairs}")
             self._check(self.num_pairs)
         elif not Path(self.data_path).is_file():
             raise FileNotFoundError(f"KV retrieval data file {self.data_path!r} does not exist")

@@ -33,8 +33,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .base import Sample, Task, check_positions, evenly_spaced_positions, read_jsonl
-from .registry import register_task
+from .base import (
+    Sample,
+    Task,
+    check_positions,
+    evenly_spaced_positions,
+    optional_task_int,
+    read_jsonl,
+    task_int,
+    task_positions,
+)
+from .registry import TaskError, register_task
 
 QA_INSTRUCTION = (
     "Write a high-quality answer for the given question using only the provided search results "
@@ -127,14 +136,15 @@ class MDQATask(Task):
     generation_slack = 24
 
     def __post_init__(self) -> None:
+        self.num_records = optional_task_int(self.num_records, "num_records", low=1)
+        self.num_documents = task_int(self.num_documents, "num_documents", low=1)
+        self.positions = task_positions(self.positions)
+        self.num_positions = task_int(self.num_positions, "num_positions")
+        self.seed = task_int(self.seed, "seed")
         if not self.data_path:
-            raise ValueError("mdqa needs data_path: an nq-open .jsonl(.gz) file from Lost in the Middle")
+            raise TaskError("mdqa needs data_path: an nq-open .jsonl(.gz) file from Lost in the Middle")
         if not Path(self.data_path).is_file():
             raise FileNotFoundError(f"multi-document QA data file {self.data_path!r} does not exist")
-        if self.num_records is not None and self.num_records < 1:
-            raise ValueError(f"num_records must be >= 1, got {self.num_records}")
-        if self.num_documents < 1:
-            raise ValueError(f"num_documents must be >= 1, got {self.num_documents}")
         self.gold_positions()
 
     def gold_positions(self) -> list[int]:

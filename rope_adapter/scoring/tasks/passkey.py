@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .base import Sample, Task, check_positions, evenly_spaced_positions
-from .registry import register_task
+from .base import Sample, Task, check_positions, evenly_spaced_positions, task_int, task_positions
+from .registry import TaskError, register_task
 
 PASSKEY_INSTRUCTION = (
     "There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -73,14 +73,14 @@ class PasskeyTask(Task):
     generation_slack = 4
 
     def __post_init__(self) -> None:
-        if self.num_records < 1:
-            raise ValueError(f"num_records must be >= 1, got {self.num_records}")
-        if self.num_filler < 1:
-            raise ValueError(f"num_filler must be >= 1, got {self.num_filler}")
-        if not 1 <= self.digits <= 18:
-            raise ValueError(f"digits must be in 1..18, got {self.digits}")
-        if not self.filler.strip():
-            raise ValueError("filler must not be empty")
+        self.num_records = task_int(self.num_records, "num_records", low=1)
+        self.num_filler = task_int(self.num_filler, "num_filler", low=1)
+        self.positions = task_positions(self.positions)
+        self.num_positions = task_int(self.num_positions, "num_positions")
+        self.digits = task_int(self.digits, "digits", low=1, high=18)
+        self.seed = task_int(self.seed, "seed")
+        if not isinstance(self.filler, str) or not self.filler.strip():
+            raise TaskError("filler must not be empty")
         self.gold_positions()
 
     def gold_positions(self) -> list[int]:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import Sample, Task
-from .registry import register_task
+from .base import Sample, Task, optional_task_int, task_int
+from .registry import TaskError, register_task
 
 
 @dataclass(frozen=True)
@@ -92,21 +92,21 @@ class PerplexityTask(Task):
     supports_generation = False
 
     def __post_init__(self) -> None:
+        self.window_chars = task_int(self.window_chars, "window_chars")
+        self.window_tokens = optional_task_int(self.window_tokens, "window_tokens")
+        self.stride = optional_task_int(self.stride, "stride", low=1)
+        self.num_windows = optional_task_int(self.num_windows, "num_windows", low=1)
         if not self.data_path:
-            raise ValueError("perplexity needs data_path: a UTF-8 text file")
+            raise TaskError("perplexity needs data_path: a UTF-8 text file")
         if not Path(self.data_path).is_file():
             raise FileNotFoundError(f"text file {self.data_path!r} does not exist")
         if self.window_tokens is not None:
             if self.tokenizer is None:
-                raise ValueError("window_tokens needs a tokenizer; pass tokenizer= or use window_chars")
+                raise TaskError("window_tokens needs a tokenizer; pass tokenizer= or use window_chars")
             if self.window_tokens < 2:
-                raise ValueError(f"window_tokens must be >= 2, got {self.window_tokens}")
+                raise TaskError(f"window_tokens must be >= 2, got {self.window_tokens}")
         elif self.window_chars < 2:
-            raise ValueError(f"window_chars must be >= 2, got {self.window_chars}")
-        if self.stride is not None and self.stride < 1:
-            raise ValueError(f"stride must be >= 1, got {self.stride}")
-        if self.num_windows is not None and self.num_windows < 1:
-            raise ValueError(f"num_windows must be >= 1, got {self.num_windows}")
+            raise TaskError(f"window_chars must be >= 2, got {self.window_chars}")
 
     def load_records(self) -> list[TextWindow]:
         """Read the file and cut it into windows."""

@@ -6,17 +6,23 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rope_adapter.errors import LrsError
-
-from .base import Task
+from .base import Task, TaskError
 
 T = TypeVar("T", bound=type[Task])
 
 _TASKS: dict[str, type[Task]] = {}
 
-
-class TaskError(LrsError):
-    """An unknown task, an option the task does not take, or a bad option value; the message says which."""
+__all__ = [
+    "TaskError",
+    "available_tasks",
+    "build",
+    "canonical_task_name",
+    "display_name",
+    "get_task",
+    "position_tasks",
+    "register_task",
+    "task_options",
+]
 
 
 def register_task(name: str) -> Callable[[T], T]:
