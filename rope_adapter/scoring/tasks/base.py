@@ -103,6 +103,15 @@ class Task(ABC):
     position_sweep: ClassVar[bool] = True
     #: how cards and reports name the task
     display_name: ClassVar[str] = ""
+    #: the setting that sets how long a generated record is (kv_retrieval: ``num_pairs``), None when none does; a
+    #: search over several record lengths varies it
+    length_option: ClassVar[str | None] = None
+
+    @classmethod
+    def length_overflow(cls, options: dict[str, Any], max_positions: int | None) -> str | None:
+        """Why records made with these settings cannot fit ``max_positions`` positions whatever the tokenizer
+        (known from the settings alone, before a record is made), or None."""
+        return None
 
     @classmethod
     def generates_records(cls, options: dict[str, Any]) -> bool:

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .base import (
     Sample,
@@ -106,6 +106,7 @@ class KVRetrievalTask(Task):
     """
 
     display_name: ClassVar[str] = "KV retrieval"
+    length_option: ClassVar[str | None] = "num_pairs"
 
     data_path: str | None = field(
         default=None, metadata={"help": "Lost in the Middle kv-retrieval .jsonl(.gz); None generates records."}
@@ -131,6 +132,13 @@ class KVRetrievalTask(Task):
     )
 
     generation_slack = 4
+
+    @classmethod
+    def length_overflow(cls, options: dict[str, Any], max_positions: int | None) -> str | None:
+        """:func:`pairs_overflow` of generated records (a file's records are measured once read)."""
+        if options.get("data_path") is not None:
+            return None
+        return pairs_overflow(options.get("num_pairs", KVRetrievalTask.num_pairs), max_positions)
 
     def __post_init__(self) -> None:
         self.num_records = optional_task_int(self.num_records, "num_records", low=1)
