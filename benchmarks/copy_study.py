@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import optuna
 
-    study = optuna.load_study(study_name=settings.study, storage=settings.storage_url())
+    study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
     base = next(t for t in study.trials if t.user_attrs.get("baseline") == "base")
     stored = np.asarray(base.user_attrs[TRIAL_ATTR]["sample_scores"])
     worker = make_worker(settings, 0, with_holdout=False)

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "study": args.storage.rsplit("/", 1)[-1],
         "dtype": worker.dtype,
         "threads": settings.threads,
-        "model": settings.model,
+        "model": settings.model.name,
         "pairs": settings.pairs,
         "stage_records": worker.stage_ends[0],
         "tokens_per_second": speed,
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "trials": rows,
     }
     lines = [
-        f"# Scores in {worker.dtype} against the float32 study: {settings.model}, {settings.pairs} pairs",
+        f"# Scores in {worker.dtype} against the float32 study: {settings.model.name}, {settings.pairs} pairs",
         "",
         f"The first racing stage ({worker.stage_ends[0]} search records, {n} samples) re-scored in {worker.dtype} "
         f"with the current code, against the float32 per-sample scores the study stored. Command: "

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from machine_info import environment
@@ -66,7 +65,7 @@ def replay(settings: SearchSettings) -> dict:
     import optuna
 
     worker = make_worker(settings, 0, with_holdout=False)
-    study = optuna.load_study(study_name=settings.study, storage=open_storage(settings.storage_url()))
+    study = optuna.load_study(study_name=settings.study.name, storage=open_storage(settings.storage_url()))
     records = [trial_record(t) for t in study.get_trials(deepcopy=False)]
     spec = settings.objective_spec()
     raced_choice, _, _ = choose(records, spec, settings.select)
@@ -108,7 +107,7 @@ def add_budget_flags(parser: argparse.ArgumentParser, holdout_records: int, max_
 
 def budget_settings(args: argparse.Namespace) -> SearchSettings:
     """The search settings of a benchmark that gives each arm a budget in scored records (``--max-records``)."""
-    return SearchSettings(
+    return SearchSettings.flat(
         model=args.model,
         pairs=args.pairs,
         num_positions=getattr(args, "num_positions", 5),
@@ -139,12 +138,12 @@ def main() -> None:
     base = budget_settings(args)
     arms = {}
     for name, race in (("racing", (0.2, 0.5)), ("plain", ())):
-        settings = replace(base, race=race, out=str(out / name))
+        settings = base.updated(race=race, out=str(out / name))
         start = time.perf_counter()
         result = run_search(settings)
         summary = summarise(result.report, str(result.out_dir), result.chosen_trial)
         arms[name] = {**summary, "seconds": time.perf_counter() - start}
-    raced_settings = replace(base, race=(0.2, 0.5), out=str(out / "racing"))
+    raced_settings = base.updated(race=(0.2, 0.5), out=str(out / "racing"))
     results = {
         "model": args.model,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},

@@ -45,7 +45,7 @@ def run_arm(base: SearchSettings, arm: str, seed: int, out: Path, report_only: b
             return {**summarise(report, str(folder), (report.get("chosen") or {}).get("number")), "seconds": None}
     if report_only:
         return None
-    settings = SearchSettings(**{**base.__dict__, "sampler": sampler, "score": score, "seed": seed, "out": str(folder)})
+    settings = base.updated(sampler=sampler, score=score, seed=seed, out=str(folder))
     start = time.perf_counter()
     result = run_search(settings)
     summary = summarise(result.report, str(result.out_dir), result.chosen_trial)

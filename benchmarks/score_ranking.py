@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "study": {"storage": args.storage.rsplit("/", 1)[-1], "name": args.study, "trials_scored": len(rows)},
         "settings": {
-            "model": settings.model,
+            "model": settings.model.name,
             "pairs": settings.pairs,
             "search_records": settings.search_records,
             "dtype": settings.dtype,
@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     if data["trials_without_seconds"]:
         timing += f", not recorded for {data['trials_without_seconds']} trials"
     lines = [
-        f"# Which search score ranks trials like their held-out accuracy: {settings.model}, {settings.pairs} pairs",
+        f"# Which search score ranks trials like their held-out accuracy: {settings.model.name}, {settings.pairs} pairs",
         "",
         f"{len(rows)} distinct scored trials of study `{args.study}`, spread over its search-set means; each re-scored "
         f"on the {settings.search_records} search records and the {data['holdout_records']} held-out records "
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *agreement_table(above_floor),
         ]
-    plot_ranking(rows, agreement, args.out / "score_ranking.png", f"{settings.model}, {settings.pairs} pairs")
+    plot_ranking(rows, agreement, args.out / "score_ranking.png", f"{settings.model.name}, {settings.pairs} pairs")
     lines += ["", "![search score against held-out accuracy, one point per trial](score_ranking.png)"]
     files.write_text((args.out / "score_ranking.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))

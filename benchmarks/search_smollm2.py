@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.results / name
     args.results.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)
-    settings = SearchSettings(
+    settings = SearchSettings.flat(
         model="smollm2-135m-instruct",
         task="kv-retrieval",
         pairs=args.pairs,

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .report_types import SearchReport
-    from .settings import SearchError, SearchSettings
+    from .settings import (
+        ModelSettings,
+        ObjectiveSettings,
+        SearchError,
+        SearchSettings,
+        SpaceSettings,
+        StudySettings,
+        TaskSettings,
+    )
     from .study import SearchResult, run_search
     from .transfer import copy_trials
 
@@ -20,11 +28,28 @@ _LAZY = {  # the public API, each name from the module that defines it
     "SearchReport": "report_types",
     "SearchResult": "study",
     "SearchSettings": "settings",
+    "ModelSettings": "settings",
+    "TaskSettings": "settings",
+    "ObjectiveSettings": "settings",
+    "SpaceSettings": "settings",
+    "StudySettings": "settings",
     "run_search": "study",
     "copy_trials": "transfer",
 }
 
-__all__ = ["SearchError", "SearchReport", "SearchResult", "SearchSettings", "copy_trials", "run_search"]
+__all__ = [
+    "ModelSettings",
+    "ObjectiveSettings",
+    "SearchError",
+    "SearchReport",
+    "SearchResult",
+    "SearchSettings",
+    "SpaceSettings",
+    "StudySettings",
+    "TaskSettings",
+    "copy_trials",
+    "run_search",
+]
 
 
 def __getattr__(name: str) -> Any:

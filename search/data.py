@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
 from rope_adapter import files
-from rope_adapter.scoring.tasks import Task, TaskError, build, get_task, split_records
+from rope_adapter.composed import SettingsError
+from rope_adapter.scoring.tasks import Task, TaskError, build, split_records, task_options
 
 from .lengths import is_multi, keyed_samples, study_lengths
 from .settings import SearchError, SearchSettings
@@ -38,34 +38,24 @@ told through photographs, tools and letters that families have given to the coll
 
 
 def build_task(settings: SearchSettings, num_records: int | None = None) -> Task:
-    """The task object of the settings (its own ``__post_init__`` validates the fields)."""
-    cls = get_task(settings.task_name)
-    names = {f.name for f in fields(cls)}
-    kwargs: dict[str, Any] = {}
-    if settings.data is not None:
-        if "data_path" not in names:
-            raise SearchError(f"task {settings.task!r} generates its records and takes no data file")
-        kwargs["data_path"] = settings.data
-    if "num_pairs" in names:
-        kwargs["num_pairs"] = settings.pairs
-    if "positions" in names:
-        kwargs["positions"] = None if settings.positions is None else list(settings.positions)
-    if "num_positions" in names:
-        kwargs["num_positions"] = settings.num_positions
-    if "seed" in names:
-        kwargs["seed"] = settings.data_seed
+    """The task object of the settings' task part: its settings checked against the task as eval checks them (the
+    record size and position count a search always records are left out for a task without them), each value by
+    the task's own ``__post_init__``."""
+    task = settings.task
+    names = set(task_options(task.name))
+    own = {"seed": task.seed} if "seed" in names else {}
     if "num_records" in names and num_records is not None:
-        kwargs["num_records"] = num_records
-    unknown = sorted(set(settings.task_options) - names)
-    if unknown:
-        raise SearchError(f"task {settings.task!r} has no option(s) {unknown}; its fields are {sorted(names)}")
-    kwargs.update(settings.task_options)
+        own["num_records"] = num_records
     try:
-        return build(settings.task_name, **kwargs)
+        kwargs = own | task.task_kwargs(skip=("num_pairs", "num_positions"))
+    except SettingsError as exc:
+        raise SearchError(str(exc)) from None
+    try:
+        return build(task.name, **kwargs)
     except FileNotFoundError as exc:
         raise SearchError(f"{exc}; check --data") from None
     except TaskError as exc:
-        raise SearchError(f"task {settings.task!r}: {str(exc).removeprefix(f'task {cls.name!r}: ')}") from None
+        raise SearchError(f"task {task.name!r}: {str(exc).removeprefix(f'task {task.name!r}: ')}") from None
 
 
 def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
@@ -78,7 +68,7 @@ def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
     except FileNotFoundError as exc:
         raise SearchError(f"{exc}; check --data") from None
     except (ValueError, OSError) as exc:
-        raise SearchError(f"cannot use the data of task {settings.task!r}: {exc}") from None
+        raise SearchError(f"cannot use the data of task {settings.task.name!r}: {exc}") from None
     if len(records) < needed:
         raise SearchError(
             f"{len(records)} records available but {settings.search_records} search + "
@@ -94,7 +84,7 @@ def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
     try:
         task.build_samples(search[:1])  # positions against the records (e.g. a position beyond the pairs)
     except ValueError as exc:
-        raise SearchError(f"task {settings.task!r}: {exc}") from None
+        raise SearchError(f"task {settings.task.name!r}: {exc}") from None
     return task, search, holdout
 
 
@@ -127,7 +117,7 @@ def length_splits(settings: SearchSettings) -> list[LengthSplit]:
         return [(None, task, search, holdout, load_confirmation(settings))]
     out: list[LengthSplit] = []
     for pairs in study_lengths(settings.pairs):
-        one = replace(settings, pairs=pairs)
+        one = settings.updated(pairs=pairs)
         task, search, holdout = load_split(one)
         out.append((pairs, task, search, holdout, load_confirmation(one)))
     return out

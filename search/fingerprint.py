@@ -82,7 +82,7 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         }
     return {
         "version": FINGERPRINT_VERSION,
-        "model": model_identity(settings.model),
+        "model": model_identity(settings.model.name),
         "tokenizer": None if settings.tokenizer is None else model_identity(settings.tokenizer),
         "dtype": dtype,
         "task": settings.task_name,
@@ -91,15 +91,15 @@ def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
         "positions": None if settings.positions is None else list(settings.positions),
         "num_positions": settings.num_positions,
         "task_options": json.loads(
-            dumps_json(settings.task_options, where="task_options", sort_keys=True, default=str)
+            dumps_json(settings.task.other_options(), where="task_options", sort_keys=True, default=str)
         ),
         "search_records": settings.search_records,
         "holdout_records": settings.holdout_records,
         "data_seed": settings.data_seed,
-        "chat_template": settings.chat_template,
+        "chat_template": settings.task.chat_template == "on",
         "score": settings.score,
         "k": settings.k,
-        "objective": settings.objective,
+        "objective": settings.objective.kind,
         "position_weights": None if settings.position_weights is None else list(settings.position_weights),
         "worst_weight": settings.worst_weight,
         "space": {

@@ -9,10 +9,10 @@ the study (name and storage) that wrote them, so a folder another run or the use
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from rope_adapter.records import read_json
 from rope_adapter.writable import unwritable_reason
 
 from .settings import SearchError, SearchSettings, public_storage
@@ -26,7 +26,7 @@ OUTPUT_NAMES = ("adapter", REPORT_NAME, SUMMARY_NAME, "pareto.png", "factors.png
 def _study_of(path: Path, *keys: str) -> tuple[str | None, str | None] | None:
     """(study name, storage) recorded under ``keys`` in the JSON file ``path``; None when unreadable."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_json(path)
         for key in keys:
             data = data[key]
         storage = data.get("storage")
@@ -41,7 +41,7 @@ def check_own_outputs(settings: SearchSettings) -> None:
     present = [name for name in OUTPUT_NAMES if (out / name).exists() or (out / name).is_symlink()]
     if not present:
         return
-    ours = (settings.study, public_storage(settings.storage_url()))
+    ours = (settings.study.name, public_storage(settings.storage_url()))
     writers = {
         "report": _study_of(out / REPORT_NAME, "study"),
         "adapter": _study_of(out / "adapter" / "adapter_config.json", "provenance", "study"),
@@ -54,13 +54,13 @@ def check_own_outputs(settings: SearchSettings) -> None:
             else "outputs of study " + ", ".join(f"{n!r} in {s}" for n, s in sorted(set(recorded), key=str))
         )
         raise SearchError(
-            f"--out {out} holds {', '.join(present)} ({who}), not this study's ({settings.study!r} in {ours[1]}): "
+            f"--out {out} holds {', '.join(present)} ({who}), not this study's ({settings.study.name!r} in {ours[1]}): "
             "a search replaces only its own outputs; choose another --out, or move those files away"
         )
     if (out / "adapter").exists() and writers["adapter"] is None:
         raise SearchError(
             f"--out {out} holds an adapter/ folder this search did not write (no provenance naming study "
-            f"{settings.study!r}): choose another --out, or move it away"
+            f"{settings.study.name!r}): choose another --out, or move it away"
         )
 
 

@@ -224,7 +224,7 @@ def build_report(
     choices, else the search set's."""
     spec = settings.objective_spec()
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
-    found, best_uniform, base = choose(records, spec, settings.select)
+    found, best_uniform, base = choose(records, spec, settings.objective.select)
     if confirmation is not None:
         by_number = {r["number"]: r for r in records}
         found = by_number.get(confirmation["found"], found) if confirmation["found"] is not None else found
@@ -252,7 +252,7 @@ def build_report(
         "search_samples": n_samples,
         "search_records": settings.search_records,
         "tokens_per_trial": worker.search.token_counts(),
-        "workers": settings.workers,
+        "workers": settings.study.workers,
         "device": worker.device,
         "dtype": worker.dtype,
     }
@@ -268,7 +268,7 @@ def build_report(
             "accuracy_by_position": found.get("accuracy_by_position"),
             "logprob_by_position": found.get("logprob_by_position"),
             "on_pareto_front": found["number"] in front,
-            "select": settings.select if spec.kind == "pareto" else "fitness",
+            "select": settings.objective.select if spec.kind == "pareto" else "fitness",
             "warning": search_set_warning(
                 found,
                 [
@@ -276,8 +276,8 @@ def build_report(
                     (f"the best uniform factor {best_uniform['uniform']:g}" if best_uniform else "", best_uniform),
                 ],
                 spec,
-                settings.select,
-                {"s_min": settings.s_min, "s_max": settings.s_max},
+                settings.objective.select,
+                {"s_min": settings.space.s_min, "s_max": settings.space.s_max},
             ),
         }
     search_comparison = {}
@@ -293,22 +293,22 @@ def build_report(
                     np.array(other["sample_scores"][:n]),
                     positions[:n],
                     ids[:n],
-                    settings.seed,
+                    settings.study.seed,
                 )
     return {
         "format": "rope-adapter search report 1",
         "settings": settings_dict(settings),
         "model": {
-            "name": settings.model,
+            "name": settings.model.name,
             "num_layers": worker.num_layers,
             "base_model_name_or_path": worker.model.peft_config["default"].base_model_name_or_path,
         },
         "study": {
-            "name": settings.study,
+            "name": settings.study.name,
             "storage": storage,
-            "sampler": describe_sampler(settings.sampler, settings.population),
+            "sampler": describe_sampler(settings.study.sampler, settings.study.population),
             "sampler_seed_main_worker": sampler_seed,
-            "seed": settings.seed,
+            "seed": settings.study.seed,
             "objectives": spec.names,
             "constraint_names": list(constraint_names),
             "trials": len(records),
@@ -341,8 +341,8 @@ def racing_summary(records: Sequence[Mapping[str, Any]], settings: SearchSetting
     used = sum(int(r["records_scored"]) for r in scored)
     full = len(scored) * settings.search_records
     return {
-        "stage_ends": stage_ends(settings.search_records, settings.race),
-        "z": settings.race_z,
+        "stage_ends": stage_ends(settings.search_records, settings.study.race),
+        "z": settings.study.race_z,
         "scored_trials": len(scored),
         "raced_out": sum(1 for r in scored if r.get("raced_out")),
         "records_scored": used,
@@ -354,18 +354,19 @@ def racing_summary(records: Sequence[Mapping[str, Any]], settings: SearchSetting
 def task_summary(settings: SearchSettings, worker: Worker) -> ProvenanceTask:
     """The task part of the report and the adapter's provenance."""
     positions = sorted({int(p) for p in worker.search.positions})
+    task, objective = settings.task, settings.objective
     return {
-        "name": settings.task_name,
-        "data": settings.data if settings.data else "generated",
-        "pairs": settings.pairs if settings.task_name == "kv_retrieval" else None,
+        "name": task.name,
+        "data": task.data if task.data else "generated",
+        "pairs": task.record_size,
         "positions": positions,
         "search_records": settings.search_records,
         "holdout_records": settings.holdout_records,
-        "data_seed": settings.data_seed,
-        "score": settings.score,
-        "k": settings.k if settings.score == "logprob" else None,
-        "chat_template": settings.chat_template,
-        "options": dict(settings.task_options),
+        "data_seed": task.seed,
+        "score": objective.score,
+        "k": objective.k if objective.score == "logprob" else None,
+        "chat_template": task.chat_template == "on",
+        "options": task.other_options(),
     }
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -36,10 +35,10 @@ def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
         return settings
     stored = None
     with contextlib.suppress(KeyError):
-        study = optuna.load_study(study_name=settings.study, storage=storage)
+        study = optuna.load_study(study_name=settings.study.name, storage=storage)
         stored = read_stored_fingerprint(_wait_for_settings(study))
     sampler = stored.get("sampler") if isinstance(stored, dict) else None
-    return replace(settings, sampler=sampler if isinstance(sampler, str) else DEFAULT_SAMPLER)
+    return settings.updated(sampler=sampler if isinstance(sampler, str) else DEFAULT_SAMPLER)
 
 
 def _wait_for_settings(study: Any, seconds: float = 30.0) -> dict[str, Any] | None:

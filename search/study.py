@@ -55,7 +55,7 @@ from .settings import SearchError, SearchSettings, public_storage, redact_url
 from .storage import check_existing_study, create_or_load_study, resolve_sampler
 from .storage_failures import storage_errors
 from .storage_url import open_storage
-from .trial import _complete_trials, _Progress, _worker_entry, constraint_names, run_worker
+from .trial import TrialProgress, complete_trials, constraint_names, run_worker, worker_entry
 from .worker import (
     Worker,
     check_prompt_lengths,
@@ -95,7 +95,11 @@ def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any 
     split = length_splits(settings)  # reads and checks the data now (workers read it again, deterministically)
     num_layers = int(model.config.num_hidden_layers) if model is not None else read_num_layers(settings)
     constraints = FactorConstraints(
-        settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
+        settings.space.bezier(),
+        num_layers,
+        settings.parsed_layer_bounds(),
+        settings.max_step,
+        tuple(settings.constraints),
     )
     try:
         constraints.check_feasible_space()
@@ -117,7 +121,7 @@ def check_stored_study(settings: SearchSettings) -> None:
     with quiet_optuna():
         settings = resolve_sampler(settings, storage)
         fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
-        check_existing_study(storage, settings.study, fingerprint)
+        check_existing_study(storage, settings.study.name, fingerprint)
 
 
 def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = None) -> SearchResult:
@@ -125,8 +129,8 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
 
     Args:
         settings: the search settings.
-        model: an already loaded model (optional; then ``settings.model`` only names it in the study). Spawned
-            workers (``workers > 1``) still load ``settings.model`` themselves.
+        model: an already loaded model (optional; then ``settings.model.name`` only names it in the study). Spawned
+            workers (``workers > 1``) still load ``settings.model.name`` themselves.
         tokenizer: the loaded model's tokenizer (optional, with ``model``).
 
     Raises:
@@ -156,10 +160,15 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, device)
         fingerprint = study_fingerprint(settings, dtype)
-        check_existing_study(storage, settings.study, fingerprint)
+        check_existing_study(storage, settings.study.name, fingerprint)
         with quiet_optuna(), storage_errors(shown_url):
             create_or_load_study(
-                storage, settings.study, spec.directions, fingerprint, settings.space(), settings.uniform_values()
+                storage,
+                settings.study.name,
+                spec.directions,
+                fingerprint,
+                settings.space.bezier(),
+                settings.uniform_values(),
             )
     except SearchError:
         if created:
@@ -178,7 +187,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         for index in range(1, settings.workers):
             ready = context.Event()
             process = context.Process(
-                target=_worker_entry, args=(settings, index, ready, go, errors, deadline), daemon=False
+                target=worker_entry, args=(settings, index, ready, go, errors, deadline), daemon=False
             )
             process.start()
             children.append(process)
@@ -189,8 +198,8 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         go.set()
 
     with quiet_optuna():
-        done_before = len(_complete_trials(optuna.load_study(study_name=settings.study, storage=storage)))
-    progress = _Progress(settings.progress, settings.trials, done_before, spec.names)
+        done_before = len(complete_trials(optuna.load_study(study_name=settings.study.name, storage=storage)))
+    progress = TrialProgress(settings.progress, settings.trials, done_before, spec.names)
     search_started = time.time()
     try:
         with storage_errors(shown_url, during_search=True):
@@ -215,7 +224,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         warnings.warn("worker process(es) failed: " + "; ".join(failures), RuntimeWarning, stacklevel=2)
 
     with quiet_optuna():
-        study = optuna.load_study(study_name=settings.study, storage=storage)
+        study = optuna.load_study(study_name=settings.study.name, storage=storage)
         trials = study.get_trials(deepcopy=False)
     spec_records = [report_mod.trial_record(t) for t in trials]
     found, uniform, _ = report_mod.choose(spec_records, spec, settings.select)
@@ -254,7 +263,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         adapter_dir=adapter_dir,
         report_path=report_path,
         report=report,
-        study_name=settings.study,
+        study_name=settings.study.name,
         storage=shown_url,
         chosen_trial=None if chosen is None else chosen["number"],
         factors=None if chosen is None else chosen["factors"],

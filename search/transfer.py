@@ -13,7 +13,6 @@ Example: ``copy_trials(SearchSettings(..., sampler="gp", out="new"), "sqlite:///
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import optuna
@@ -34,14 +33,14 @@ MAY_DIFFER = ("sampler", "space.endpoint_margin")
 
 
 def copy_trials(settings: SearchSettings, source_storage: str, source_study: str, dtype: str = "float32") -> dict:
-    """Create ``settings.study`` in ``settings.storage_url()`` holding the finished trials of ``source_study``
+    """Create the study ``settings.study.name`` in ``settings.storage_url()`` holding the finished trials of ``source_study``
     (in ``source_storage``) that fit the new sampler ranges, then the baselines the copies lack.
 
     Returns ``{"copied": n, "skipped": [trial numbers], "enqueued": [uniform values]}``. Refuses (:class:`SearchError`,
     nothing written) a target study that exists, or a source made with other settings.
     """
     if settings.sampler is None:  # the target is a new study
-        settings = replace(settings, sampler=DEFAULT_SAMPLER)
+        settings = settings.updated(sampler=DEFAULT_SAMPLER)
     fingerprint = study_fingerprint(settings, dtype)
     target_url = settings.storage_url()
     with quiet_optuna():
@@ -58,11 +57,11 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
         if settings.storage is None:
             check_writable(Path(settings.out))
         storage = open_storage(target_url, settings.heartbeat)
-        if settings.study in optuna.get_all_study_names(storage):
+        if settings.study.name in optuna.get_all_study_names(storage):
             raise SearchError(
-                f"study {settings.study!r} exists in {redact_url(target_url)}: copy trials only into a new study"
+                f"study {settings.study.name!r} exists in {redact_url(target_url)}: copy trials only into a new study"
             )
-        space = settings.space()
+        space = settings.space.bezier()
         distributions = {
             name: optuna.distributions.FloatDistribution(low, high)
             for name, (low, high) in space.param_bounds().items()
@@ -83,7 +82,7 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
                     system_attrs=dict(old.system_attrs),
                 )
             )
-        study = optuna.create_study(storage=storage, study_name=settings.study, directions=source.directions)
+        study = optuna.create_study(storage=storage, study_name=settings.study.name, directions=source.directions)
         study.set_user_attr(SETTINGS_ATTR, fingerprint)
         if source.metric_names:
             study.set_metric_names(list(source.metric_names))

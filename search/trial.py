@@ -43,7 +43,7 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
     """The Optuna objective of a worker: factors from the trial's control points, cheap constraints first, then
     the perplexity guard, then the task score (skipped, with ``-inf`` values, when a constraint already fails)."""
     settings = worker.settings
-    space = settings.space()
+    space = settings.space.bezier()
     spec = settings.objective_spec()
     bounds = space.param_bounds()
     n_values = len(spec.names)
@@ -316,10 +316,10 @@ def run_worker(
     """Run trials until the study holds ``trials`` finished ones, the timeout passes or the budget says stop."""
     settings = worker.settings
     with quiet_optuna():
-        probe = optuna.load_study(study_name=settings.study, storage=storage)
+        probe = optuna.load_study(study_name=settings.study.name, storage=storage)
         existing = len(probe.get_trials(deepcopy=False))
         sampler, seed = make_sampler(worker, existing)
-        study = optuna.load_study(study_name=settings.study, storage=storage, sampler=sampler)
+        study = optuna.load_study(study_name=settings.study.name, storage=storage, sampler=sampler)
         done = len(_complete_trials(study))
         callbacks: list[Callable] = []
         if settings.trials is not None:

@@ -21,11 +21,9 @@ from rope_adapter.scoring import loading
 from rope_adapter.scoring.loading import EvalError, load_model_config
 from rope_adapter.scoring.shared_prefix import prepare
 from rope_adapter.scoring.tasks import PerplexityTask, Task, apply_chat_template
-from rope_adapter.scoring.tasks.kv_retrieval import pairs_overflow
 from rope_adapter.scoring.variants import quiet_peft
 
 from .data import CONFIRM, HOLDOUT, SEARCH, LengthSplit, length_samples, length_splits, perplexity_text_path
-from .lengths import study_lengths
 from .objective import (
     Evaluator,
     FactorConstraints,
@@ -51,36 +49,37 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return str(loading.resolve_dtype(dtype, device)).replace("torch.", "")
 
 
-def read_num_layers(settings: SearchSettings) -> int:
-    """Decoder layer count from the model's config (light: no weights are loaded)."""
+def _text_config(settings: SearchSettings) -> Any:
+    """The model's (text) config, without its weights; :class:`SearchError` when it cannot be read."""
     try:
-        _, config = load_model_config(settings.model)
+        _, config = load_model_config(settings.model.name)
     except EvalError as exc:
         raise SearchError(str(exc)) from None
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SearchError(f"cannot read the config of model {settings.model!r}: {first}") from None
-    config = getattr(config, "text_config", None) or config
-    return int(config.num_hidden_layers)
+        raise SearchError(f"cannot read the config of model {settings.model.name!r}: {first}") from None
+    return getattr(config, "text_config", None) or config
+
+
+def read_num_layers(settings: SearchSettings) -> int:
+    """Decoder layer count from the model's config (light: no weights are loaded)."""
+    return int(_text_config(settings).num_hidden_layers)
 
 
 def check_record_size(settings: SearchSettings) -> None:
-    """:class:`SearchError` when ``pairs`` key-value pairs cannot fit the model's positions (config only)."""
-    if settings.task_name != "kv_retrieval" or settings.data is not None:
-        return
-    _, config = load_model_config(settings.model)
-    config = getattr(config, "text_config", None) or config
-    for pairs in study_lengths(settings.pairs):
-        why = pairs_overflow(pairs, getattr(config, "max_position_embeddings", None))
-        if why is not None:
-            raise SearchError(f"--pairs {pairs}: {why}; lower the record size (--pairs)")
+    """:class:`SearchError` when the task's records cannot fit the model's positions at any record length (the task
+    says, from the settings and the config alone: ``Task.length_overflow``)."""
+    why = settings.task.too_long(getattr(_text_config(settings), "max_position_embeddings", None))
+    if why is not None:
+        raise SearchError(why)
 
 
 def load_model(settings: SearchSettings, device: str, dtype: str) -> tuple[Any, Any]:
     """(model in eval mode, tokenizer) through the one loader (:func:`rope_adapter.scoring.loading.load_model`).
     Tests replace this function to prove that bad input fails before it."""
+    part = settings.model
     return loading.load_model(
-        settings.model, dtype=dtype, device=device, device_map=settings.device_map, tokenizer=settings.tokenizer
+        part.name, dtype=dtype, device=device, device_map=part.device_map, tokenizer=part.tokenizer
     )
 
 
@@ -135,33 +134,34 @@ def make_worker(
     with_holdout: bool = True,
 ) -> Worker:
     """Load (or take) the model, wrap it with an all-ones LRS adapter, tokenise the samples once."""
-    torch.manual_seed(settings.seed)
-    device = resolve_device(settings.device)
-    if device.startswith("cuda") and settings.workers > 1 and not settings.device_map and device == "cuda":
+    part, workers = settings.model, settings.study.workers
+    torch.manual_seed(settings.study.seed)
+    device = resolve_device(part.device)
+    if device.startswith("cuda") and workers > 1 and not part.device_map and device == "cuda":
         device = f"cuda:{index % max(1, torch.cuda.device_count())}"
-    dtype = resolve_dtype(settings.dtype, device)
-    if settings.threads is not None:
-        torch.set_num_threads(settings.threads)
-    elif device == "cpu" and settings.workers > 1:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // settings.workers))
+    dtype = resolve_dtype(part.dtype, device)
+    if part.threads is not None:
+        torch.set_num_threads(part.threads)
+    elif device == "cpu" and workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
     if model is None:
         model, tokenizer = load_model(settings, device, dtype)
     elif tokenizer is None:
         raise SearchError("a model object needs its tokenizer too (run_search(settings, model=..., tokenizer=...))")
     with quiet_peft():
         peft_model = get_peft_model(model, LrsConfig(factors=None)).eval()
-    peft_model.peft_config["default"].base_model_name_or_path = recorded_base(settings.model)
+    peft_model.peft_config["default"].base_model_name_or_path = recorded_base(part.name)
     num_layers = int(peft_model.peft_config["default"].num_layers)
 
     splits = length_splits(settings)
     task = splits[0][1]  # every length's task judges answers alike
-    chat = settings.chat_template
+    chat = settings.task.chat_template == "on"
 
     def tokenised(samples: list[Any], cut: bool = True) -> Any:
         made = prepare(samples, tokenizer, chat_template=chat, generation_slack=task.generation_slack)
-        return truncate_targets(made, settings.k) if cut and settings.score == "logprob" else made
+        return truncate_targets(made, settings.objective.k) if cut and settings.objective.score == "logprob" else made
 
-    ends = stage_ends(settings.search_records, settings.race)
+    ends = stage_ends(settings.search_records, settings.study.race)
     stage_samples = [
         length_samples(splits, SEARCH, first, last) for first, last in zip([0, *ends[:-1]], ends, strict=True)
     ]
@@ -180,19 +180,22 @@ def make_worker(
     ppl_path = perplexity_text_path(settings)
     if ppl_path is not None:
         ppl_task = PerplexityTask(
-            data_path=str(ppl_path), window_chars=settings.ppl_window_chars, num_windows=settings.ppl_windows
+            data_path=str(ppl_path),
+            window_chars=settings.space.ppl_window_chars,
+            num_windows=settings.space.ppl_windows,
         )
         ppl = prepare(ppl_task.samples(), tokenizer)
     evaluator = Evaluator(
         peft_model,
         settings.objective_spec(),
         judge=task.is_correct if task.supports_generation else None,
-        batch_size=settings.batch_size,
-        max_batch_tokens=settings.max_batch_tokens,
+        batch_size=part.batch_size,
+        max_batch_tokens=part.max_batch_tokens,
         perplexity=ppl,
     )
+    space = settings.space
     constraints = FactorConstraints(
-        settings.space(), num_layers, settings.parsed_layer_bounds(), settings.max_step, tuple(settings.constraints)
+        space.bezier(), num_layers, space.parsed_layer_bounds(), space.max_step, tuple(space.constraints)
     )
     base_nll = evaluator.nll(np.ones(num_layers)) if ppl is not None else None
     return Worker(
@@ -222,20 +225,20 @@ def check_prompt_lengths(
     study is made: only the tokenizer and the config are read (``split``: :func:`~search.data.length_splits`'s
     result, when the caller has it already)."""
     try:
-        config = model.config if model is not None else AutoConfig.from_pretrained(resolve_model_path(settings.model))
+        part = settings.model
+        config = model.config if model is not None else AutoConfig.from_pretrained(resolve_model_path(part.name))
         if tokenizer is None:
-            name = settings.tokenizer or settings.model
-            tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(name))
+            tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(part.tokenizer or part.name))
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SearchError(f"cannot read the model or tokenizer {settings.model!r}: {first}") from None
+        raise SearchError(f"cannot read the model or tokenizer {settings.model.name!r}: {first}") from None
     config = getattr(config, "text_config", None) or config
     limit = getattr(config, "max_position_embeddings", None)
     if not limit:
         return
     splits = split if split is not None else length_splits(settings)
     samples = [s for part in (SEARCH, HOLDOUT, CONFIRM) for s in length_samples(splits, part)]
-    if settings.chat_template:
+    if settings.task.chat_template == "on":
         try:
             samples = apply_chat_template(samples, tokenizer)
         except ValueError as exc:

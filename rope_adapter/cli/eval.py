@@ -1,13 +1,14 @@
 """`rope-adapter eval`: compare model variants by gold position (the U-curve) or by context length.
 
-    rope-adapter eval --task kv_retrieval --num-pairs 20 --num-samples 20 \\
+    rope-adapter eval --task kv_retrieval --pairs 20 --num-samples 20 \\
         --variants base,uniform:1.05,adapter:out/adapter --out eval-kv
     rope-adapter eval --task perplexity --data book.txt --lengths 2k,4k,8k,16k \\
         --variants base,linear:2,dynamic:2,linear:2+adapter:out/adapter,dynamic:2+adapter:out/adapter
 
-Every flag is a field of :class:`rope_adapter.evaluate.EvalSettings` and shows that field's help text (built by
-:mod:`rope_adapter.cli.settings_flags`, as ``search``'s are), so a new setting is one field there and the command
-line and the Python API (``run_eval(EvalSettings(...))``) cannot drift apart. :func:`rope_adapter.evaluate.run_eval`
+Every flag is a setting of :class:`rope_adapter.evaluate.EvalSettings` (by its flat name: the model and task parts
+are search's too) and shows its help text (built by :mod:`rope_adapter.cli.settings_flags`, as ``search``'s are), so
+a new setting is one field and the command line and the Python API (``run_eval(EvalSettings(...))``) cannot drift
+apart. :func:`rope_adapter.evaluate.run_eval`
 does the work (every input checked before the model's weights are loaded).
 """
 
@@ -15,57 +16,65 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import fields
 from typing import Any
 
-from rope_adapter.cli.settings_flags import add_flags, add_settings_flags, settings_fields, settings_values
-from rope_adapter.evaluate.run import TASK_GROUP, EvalSettings, SampleSettings, run_eval
+from rope_adapter.cli import parse_command
+from rope_adapter.cli.settings_flags import (
+    add_flags,
+    add_settings_flags,
+    command_defaults,
+    settings_fields,
+    settings_values,
+)
+from rope_adapter.evaluate.run import EvalSettings, SampleSettings, run_eval
 from rope_adapter.scoring.loading import bfloat16_hint
+from rope_adapter.scoring.settings_parts import TASK_GROUP
 
-MODEL_FIELDS = ("model", "dtype", "device")
+MODEL_FLAGS = ("model", "dtype", "device")
+OVERRIDES: dict[str, dict[str, Any]] = {"data_seed": {"flags": ("--data-seed", "--seed")}}
+"""``--seed`` is eval's older name of ``--data-seed`` (search's ``--seed`` seeds its sampler)."""
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """--model, --dtype, --device (shared with `analyze`): SampleSettings' fields."""
+    """--model, --dtype, --device (shared with `analyze`): the model part's."""
     cli = settings_fields(SampleSettings)
-    add_flags(p, [cli[name] for name in MODEL_FIELDS])
+    add_flags(p, [cli[name] for name in MODEL_FLAGS], command_defaults(SampleSettings), OVERRIDES)
 
 
 def add_task_arguments(p: argparse.ArgumentParser, default_samples: int) -> None:
-    """Task and sample options (shared with `analyze`): SampleSettings' fields of the "task and samples" group."""
-    group = [f for f in fields(SampleSettings) if f.metadata.get("group") == TASK_GROUP]
-    add_flags(p.add_argument_group(TASK_GROUP), group, {"num_samples": {"default": default_samples}})
+    """Task and sample options (shared with `analyze`): the task part's and SampleSettings' own "task and samples"
+    settings."""
+    group = [e for e in settings_fields(SampleSettings).values() if e.field.metadata.get("group") == TASK_GROUP]
+    defaults = command_defaults(SampleSettings) | {"num_samples": default_samples}
+    add_flags(p.add_argument_group(TASK_GROUP), group, defaults, OVERRIDES)
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "eval",
-        help="compare variants by gold position (U-curve) or by context length (extrapolation)",
-        description="Score several model variants on the same samples: greedy accuracy and gold log-probability "
-        "by gold position (kv_retrieval, passkey, mdqa), or perplexity by context length (--task perplexity "
-        "--lengths 2k,4k,...). Writes results.json, results.md and positions.png (or lengths.png) with 95% "
-        "confidence intervals.",
-    )
-    add_settings_flags(p, EvalSettings)
-    p.set_defaults(run=run)
+HELP = "compare variants by gold position (U-curve) or by context length (extrapolation)"
+DESCRIPTION = (
+    "Score several model variants on the same samples: greedy accuracy and gold log-probability by gold position "
+    "(kv_retrieval, passkey, mdqa), or perplexity by context length (--task perplexity --lengths 2k,4k,...). Writes "
+    "results.json, results.md and positions.png (or lengths.png) with 95% confidence intervals."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_settings_flags(p, EvalSettings, overrides=OVERRIDES)
 
 
 def settings_from_args(args: argparse.Namespace) -> EvalSettings:
-    """The parsed flags as :class:`EvalSettings` (checked when made): each field from its flag."""
-    return EvalSettings(**settings_values(EvalSettings, args))
+    """The parsed flags as :class:`EvalSettings` (checked when made): each setting from its flag."""
+    return EvalSettings.flat(**settings_values(EvalSettings, args, OVERRIDES))
 
 
 def settings_from_argv(argv: list[str]) -> EvalSettings:
     """The :class:`EvalSettings` of ``rope-adapter eval`` flags (for scripts that take an eval's command line)."""
-    parser = argparse.ArgumentParser(prog="rope-adapter")
-    add_parser(parser.add_subparsers())
-    return settings_from_args(parser.parse_args(["eval", *argv]))
+    return settings_from_args(parse_command("eval", argv))
 
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     result = run_eval(settings)
-    if (hint := bfloat16_hint(settings.dtype, settings.device)) is not None:
+    if (hint := bfloat16_hint(settings.model.dtype, settings.model.device)) is not None:
         print(hint, file=sys.stderr)  # after the run: an error stays one line
     print_summary(result.to_dict())
     print("wrote " + ", ".join(str(p) for p in result.paths.values()))

@@ -15,17 +15,18 @@ from rope_adapter.numbers import cli_float
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "export",
-        help="write base model + adapter as one standalone model folder",
-        description="Write a complete model folder (weights, tokenizer, generation config, chat template) whose "
-        "config.json carries the adapter's per-layer factors. One factor for all layers on a default/linear-RoPE "
-        "model (or one per layer type on Gemma3-style models) becomes transformers' own linear RoPE scaling; other "
-        "factors a new model_type with its code beside the weights (load with trust_remote_code=True, or after "
-        "`import rope_adapter`). The folder is reloaded in a fresh process and its logits compared with "
-        "the adapter's before it appears under --out.",
-    )
+HELP = "write base model + adapter as one standalone model folder"
+DESCRIPTION = (
+    "Write a complete model folder (weights, tokenizer, generation config, chat template) whose "
+    "config.json carries the adapter's per-layer factors. One factor for all layers on a default/linear-RoPE "
+    "model (or one per layer type on Gemma3-style models) becomes transformers' own linear RoPE scaling; other "
+    "factors a new model_type with its code beside the weights (load with trust_remote_code=True, or after "
+    "`import rope_adapter`). The folder is reloaded in a fresh process and its logits compared with "
+    "the adapter's before it appears under --out."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="ID_OR_PATH", help="base model: Hub id, folder, or alias")
     p.add_argument("--adapter", required=True, metavar="ADAPTER", help="LRS adapter folder or Hub repo id")
     p.add_argument("--out", required=True, type=output_path, metavar="DIR", help="folder to create")
@@ -34,7 +35,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto", help="dtype to load and save the weights in")
     p.add_argument("--max-shard-size", default=None, help="largest weight file, e.g. 5GB (save_pretrained's)")
     p.add_argument("--atol", type=cli_float, default=None, help="largest logit difference the check accepts")
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

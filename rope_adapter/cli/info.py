@@ -10,17 +10,16 @@ from rope_adapter import read_adapter_factors
 from rope_adapter.export import read_exported_factors
 from rope_adapter.files import dumps_json
 
+HELP = "print an adapter's factors and provenance"
+DESCRIPTION = (
+    "Print the per-layer factors, the base model they were made for and how they were found. "
+    "PATH is an adapter folder, a Hub repo id, or a folder written by `rope-adapter export`."
+)
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "info",
-        help="print an adapter's factors and provenance",
-        description="Print the per-layer factors, the base model they were made for and how they were found. "
-        "PATH is an adapter folder, a Hub repo id, or a folder written by `rope-adapter export`.",
-    )
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="adapter folder, Hub repo id, or exported model folder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.set_defaults(run=run)
 
 
 def describe(path: str) -> dict[str, Any]:

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import argparse
 
+from rope_adapter.cli import add_folder_argument
 from rope_adapter.export.card import read_folder
 from rope_adapter.export.hub import push_folder
 
+HELP = "publish an adapter or exported model folder to the Hugging Face Hub with a model card"
+DESCRIPTION = (
+    "Upload an LRS adapter folder (save_pretrained / `rope-adapter search` output) or a folder "
+    "written by `rope-adapter export` to a Hub repo, in one commit, with a README.md model card generated "
+    "from the folder's files (`rope-adapter card FOLDER` shows it first). The token comes from huggingface_hub's usual sources (HF_TOKEN, "
+    "`hf auth login`); it is never printed. HF_ENDPOINT selects another Hub endpoint."
+)
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "push",
-        help="publish an adapter or exported model folder to the Hugging Face Hub with a model card",
-        description="Upload an LRS adapter folder (save_pretrained / `rope-adapter search` output) or a folder "
-        "written by `rope-adapter export` to a Hub repo, in one commit, with a README.md model card generated "
-        "from the folder's files (`rope-adapter card FOLDER` shows it first). The token comes from huggingface_hub's usual sources (HF_TOKEN, "
-        "`hf auth login`); it is never printed. HF_ENDPOINT selects another Hub endpoint.",
-    )
-    p.add_argument("folder", metavar="ADAPTER_OR_EXPORT_DIR", help="adapter folder or exported model folder")
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_folder_argument(p)
     p.add_argument("--repo", required=True, metavar="ORG/NAME", help="target repo id (created if missing)")
     p.add_argument("--private", action="store_true", help="create the repo as private (existing repos keep theirs)")
     p.add_argument("--revision", metavar="BRANCH", help="push to this branch (created from main if missing)")
@@ -25,7 +26,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dry-run", action="store_true", help="list what would be uploaded and what is left out; upload nothing"
     )
-    p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

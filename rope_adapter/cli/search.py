@@ -1,6 +1,6 @@
 """`rope-adapter search`: find per-layer RoPE factors with a constrained Bezier search (Optuna; --sampler).
 
-Every flag maps to a field of ``rope_adapter.search.SearchSettings`` and shows that field's help text, so the
+Every flag maps to a setting of ``rope_adapter.search.SearchSettings`` (by its flat name) and shows its help text, so the
 command line and the Python API (``run_search(SearchSettings(...))``) cannot drift apart.
 """
 
@@ -8,27 +8,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import signal
 import sys
 from collections.abc import Iterator
-from dataclasses import fields
 from typing import Any
 
-from rope_adapter.cli import CliInterrupted, IntListAction, output_path
-from rope_adapter.cli.settings_flags import add_settings_flags
+from rope_adapter.cli import CliInterrupted, IntListAction, output_path, parse_command
+from rope_adapter.cli.settings_flags import add_settings_flags, settings_values
 from rope_adapter.files import dumps_json
 from rope_adapter.scoring.loading import bfloat16_hint
 from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.interrupts import interrupts_outside_storage
-from rope_adapter.search.objective import SCORE_KINDS
-from rope_adapter.search.samplers import SAMPLERS
 
 EPILOG = """\
 examples:
   # the embedded SmolLM2-135M-Instruct, generated 20-pair KV records, 100 trials, outputs in lrs-search/
-  rope-adapter search --task kv-retrieval --pairs 20 --trials 100 --out lrs-search
+  rope-adapter search --task kv_retrieval --pairs 20 --trials 100 --out lrs-search
 
   # the Lost in the Middle file as it is, factors between 0.9 and 1.5, a 5 % perplexity guard
   rope-adapter search --data kv-retrieval-75_keys.jsonl.gz --s-min 0.9 --s-max 1.5 --max-ppl-increase 0.05
@@ -60,114 +56,64 @@ def _k_value(text: str) -> int | None:
     return value
 
 
-def _key_value(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
-    return key.strip(), value
-
-
 GROUPS: dict[str, tuple[str, ...]] = {
     "model": ("model", "tokenizer", "device", "dtype", "device_map", "batch_size", "max_batch_tokens", "threads"),
-    "task": ("task", "data", "pairs", "positions", "num_positions", "task_options", "search_records")
-    + ("holdout_records", "confirm_top", "confirm_records", "data_seed", "chat_template"),
+    "task": ("task", "data", "pairs", "positions", "num_positions", "num_filler", "num_documents", "task_options")
+    + ("search_records", "holdout_records", "confirm_top", "confirm_records", "data_seed", "chat_template"),
     "objective": ("score", "k", "objective", "position_weights", "worst_weight", "select"),
-    "search space and constraints": (
-        "degree",
-        "x_mode",
-        "s_min",
-        "s_max",
-        "margin",
-        "endpoint_margin",
-        "layer_bounds",
-        "max_step",
-    )
-    + ("uniform", "ppl_text", "max_ppl_increase", "ppl_window_chars", "ppl_windows"),
+    "search space and constraints": ("degree", "x_mode", "s_min", "s_max", "margin", "endpoint_margin")
+    + ("layer_bounds", "max_step", "uniform", "ppl_text", "max_ppl_increase", "ppl_window_chars", "ppl_windows"),
     "study": ("trials", "timeout", "budget", "storage", "study", "workers", "sampler", "population", "race")
     + ("race_z", "max_records", "seed", "heartbeat", "holdout_accuracy", "out"),
 }
-"""Where each SearchSettings field's flag is listed in --help; every field with a CLI flag is in one group
+"""Where each setting's flag is listed in --help, by flat name; every setting with a CLI flag is in one group
 (:func:`rope_adapter.cli.settings_flags.add_settings_flags` builds the flags and checks that)."""
 
 OVERRIDES: dict[str, dict[str, Any]] = {
     "pairs": {
-        "flags": ("--pairs", "--num-pairs"),
         "nargs": "+",
         "action": IntListAction,
         "type": None,
-        "metavar": "N",
-        "suffix": " Written --pairs 25 50 75 or 25,50,75.",
+        "suffix": " Several (--pairs 25 50 75): one study over those record lengths; every trial is scored at each, "
+        "its objectives are the mean and the worst over every (length, gold position), and the report shows each "
+        "length. Written --pairs 25 50 75 or 25,50,75.",
     },
-    "task_options": {
-        "flags": ("--task-option", "--task-arg"),
-        "dest": "task_option",
-        "type": _key_value,
-        "action": "append",
-        "default": [],  # collected pairs; SearchSettings.task_options is built from them
-        "metavar": "KEY=VALUE",
-        "suffix": " Repeatable; VALUE is read as JSON when it parses.",
-    },
-    "positions": {"action": IntListAction, "type": None, "metavar": "P", "suffix": " Written 0 5 10 or 0,5,10."},
+    "chat_template": {"choices": ["on", "off"]},
+    "positions": {"suffix": " Written 0 5 10 or 0,5,10."},
     "k": {"type": _k_value, "suffix": " 'all': every answer token (the whole answer)."},
-    "dtype": {"choices": ["auto", "float32", "bfloat16", "float16"]},
-    "score": {"choices": list(SCORE_KINDS)},
-    "objective": {"choices": ["pareto", "weighted"]},
-    "sampler": {"choices": list(SAMPLERS)},
-    "select": {"choices": ["mean", "worst", "balanced"]},
-    "x_mode": {"choices": ["fixed", "free"]},
-    "layer_bounds": {"metavar": "FIRST-LAST:LOW:HIGH"},
-    "position_weights": {"metavar": "W"},
     "uniform": {"nargs": "*", "metavar": "S"},
     "race": {"nargs": "*", "metavar": "SHARE", "suffix": " Written --race 0.2 0.5; --race alone turns racing off."},
-    "timeout": {"metavar": "S"},
-    "budget": {"metavar": "S"},
-    "heartbeat": {"metavar": "S"},
-    "storage": {"metavar": "URL"},
-    "study": {"metavar": "NAME"},
-    "max_records": {"metavar": "N"},
-    "confirm_top": {"metavar": "K"},
-    "confirm_records": {"metavar": "N"},
+    "position_weights": {"metavar": "W"},
     "out": {"type": output_path},
 }
-"""Flags that need more than their field's type: aliases, choices, parsers, metavars."""
+"""What search's flags take besides their settings' own metadata: several record lengths, 'all', empty lists."""
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "search",
-        help="search per-layer RoPE factors (Bezier curve + an Optuna sampler) and save the best as an adapter",
-        description="Search per-layer RoPE scaling factors on a fitness task: the factors follow a Bezier curve "
-        "over layer depth; an Optuna sampler (--sampler: GP by default, NSGA-II or TPE) maximises the mean and the worst "
-        "gold-position score under constraints "
-        "(factor bounds, optional perplexity guard). The unscaled model and uniform factors are the first trials. "
-        "Writes the chosen adapter, a JSON/Markdown report with a held-out comparison, and plots.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+HELP = "search per-layer RoPE factors (Bezier curve + an Optuna sampler) and save the best as an adapter"
+DESCRIPTION = (
+    "Search per-layer RoPE scaling factors on a fitness task: the factors follow a Bezier curve over layer depth; an "
+    "Optuna sampler (--sampler: GP by default, NSGA-II or TPE) maximises the mean and the worst gold-position score "
+    "under constraints (factor bounds, optional perplexity guard). The unscaled model and uniform factors are the "
+    "first trials. Writes the chosen adapter, a JSON/Markdown report with a held-out comparison, and plots."
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     add_settings_flags(p, SearchSettings, GROUPS, OVERRIDES, exclude={"progress"})
     p.add_argument("--no-progress", action="store_true", help="Hide the progress bar (SearchSettings.progress).")
     p.add_argument("--json", action="store_true", help="Print the result summary as JSON instead of text.")
-    p.set_defaults(run=run)
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`SearchSettings` of parsed arguments (each flag's dest is its field's name, but for
-    ``--task-option`` and ``--no-progress``; lists become the tuples the dataclass holds)."""
-    values = {f.name: getattr(args, f.name) for f in fields(SearchSettings) if hasattr(args, f.name)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    values.update(task_options=dict(args.task_option), out=str(args.out), progress=not args.no_progress)
-    return SearchSettings(**values)
+def settings_from_args(args: argparse.Namespace) -> SearchSettings:
+    """The :class:`SearchSettings` of parsed arguments (each flag's dest is its setting's flat name, but for
+    ``--no-progress``)."""
+    values = settings_values(SearchSettings, args, OVERRIDES, exclude={"progress"})
+    return SearchSettings.flat(**values | {"out": str(values["out"]), "progress": not args.no_progress})
 
 
-def settings_from_argv(argv: list[str]) -> Any:
+def settings_from_argv(argv: list[str]) -> SearchSettings:
     """The :class:`SearchSettings` of ``rope-adapter search`` flags (for scripts that take a search's command line)."""
-    parser = argparse.ArgumentParser(prog="rope-adapter")
-    add_parser(parser.add_subparsers())
-    return settings_from_args(parser.parse_args(["search", *argv]))
+    return settings_from_args(parse_command("search", argv))
 
 
 class _InterruptLogFilter(logging.Filter):
@@ -208,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     with _interrupts_in_one_line():
         result = run_search(settings)
-    if (hint := bfloat16_hint(settings.dtype, settings.device)) is not None:
+    if (hint := bfloat16_hint(settings.model.dtype, settings.model.device)) is not None:
         print(hint, file=sys.stderr)  # after the run: an error stays one line
     report = result.report
     holdout = report.get("holdout") or {}

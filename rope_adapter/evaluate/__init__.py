@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rope_adapter.scoring.loading import EvalError
+    from rope_adapter.scoring.settings_parts import ModelSettings, TaskSettings
 
     from .analyze import AnalyzeSettings, run_analysis
     from .run import EvalResult, EvalSettings, run_eval
@@ -23,10 +24,21 @@ _LAZY = {
     "EvalError": "rope_adapter.scoring.loading",
     "EvalResult": ".run",
     "EvalSettings": ".run",
+    "ModelSettings": "rope_adapter.scoring.settings_parts",
+    "TaskSettings": "rope_adapter.scoring.settings_parts",
     "run_eval": ".run",
 }
 
-__all__ = ["AnalyzeSettings", "EvalError", "EvalResult", "EvalSettings", "run_analysis", "run_eval"]
+__all__ = [
+    "AnalyzeSettings",
+    "EvalError",
+    "EvalResult",
+    "EvalSettings",
+    "ModelSettings",
+    "TaskSettings",
+    "run_analysis",
+    "run_eval",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -32,7 +32,8 @@ from .run import (
     check_out_folder,
     checked_device,
     checked_model_config,
-    checked_task_kwargs,
+    load_tokenizer,
+    load_weights,
 )
 from .sensitivity_report import sensitivity_section
 
@@ -87,7 +88,7 @@ class AnalyzeSettings(SampleSettings):
             raise EvalError(f"--theta (the RoPE base) must be a finite number > 1, e.g. 10000, got {self.theta}")
         if self.skip_first < 0:
             raise EvalError(f"--skip-first must be >= 0, got {self.skip_first}")
-        if set(PROMPT_PARTS) & set(self.parts) and self.task not in position_tasks():
+        if set(PROMPT_PARTS) & set(self.parts) and self.task.name not in position_tasks():
             raise EvalError(f"attention shares and sensitivity need prompts: --task {', '.join(position_tasks())}")
 
     @property
@@ -142,10 +143,10 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
     need_config = bool(set(PROMPT_PARTS) & set(s.parts)) or variant is not None or s.head_dim is None or s.theta is None
     path = config = None
     if need_config:
-        path, config = checked_model_config(s.model)
+        path, config = checked_model_config(s.model.name)
     plans = check_variants([variant], config) if variant is not None else {}
     out = Path(s.out)
-    report: list[str] = [f"# Analysis of {s.model}", ""]
+    report: list[str] = [f"# Analysis of {s.model.name}", ""]
     paths: dict[str, Path] = {}
     # the prompts are made and checked against the model's positions before the first file is written
     prompts = _Prompts(s, path, config, log) if set(PROMPT_PARTS) & set(s.parts) else None
@@ -159,7 +160,7 @@ def run_analysis(settings: AnalyzeSettings, log: Callable[[str], None] = print) 
             if variant is not None:
                 points.append((variant.name, variant_factors(variant, plans, config)))
             report += sensitivity_section(
-                prompts.task, prompts.model, points, out, paths, log, progress=s.progress, model_name=str(s.model)
+                prompts.task, prompts.model, points, out, paths, log, progress=s.progress, model_name=s.model.name
             )
     out.mkdir(parents=True, exist_ok=True)
     paths["markdown"] = out / "analysis.md"
@@ -212,22 +213,21 @@ class _Prompts:
 
     def __init__(self, s: AnalyzeSettings, path: Any, config: Any, log: Callable[[str], None]) -> None:
         self.path, self.config, self.log, self.settings = path, config, log, s
-        tokenizer = ev.load_tokenizer(path)
-        kwargs = checked_task_kwargs(s.task, s.task_kwargs())
+        tokenizer = load_tokenizer(s.model, path)
         task, samples = ev.make_task_samples(
-            s.task, num_samples=s.num_samples, seed=s.seed, held_out_after=s.held_out_after, **kwargs
+            s.task.name, num_samples=s.num_samples, seed=s.task.seed, held_out_after=s.held_out_after, **s.task_kwargs()
         )
-        self.chat = chat_template_flag(s.chat_template, tokenizer)
+        self.chat = chat_template_flag(s.task, tokenizer)
         self.task = ev.prepare_samples(samples, tokenizer, task, chat_template=self.chat, system_prompt=s.system_prompt)
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         ev.check_context([len(x) for x in self.task.full_ids], getattr(text, "max_position_embeddings", None))
-        self.device = checked_device(s.device)
+        self.device = checked_device(s.model.device)
         self._model: Any = None
 
     def model(self) -> Any:
         if self._model is None:
-            self.log(f"loading {self.settings.model} ({self.device})")
-            self._model, _ = ev.load_model(self.path, dtype=self.settings.dtype, device=self.device)
+            self.log(f"loading {self.settings.model.name} ({self.device})")
+            self._model = load_weights(self.settings.model, self.path, self.device)
         return self._model
 
 
@@ -235,7 +235,7 @@ def _attention(
     s: AnalyzeSettings, prompts: _Prompts, variant: Any, plans: dict, out: Path, paths: dict, log: Any
 ) -> list[str]:
     sequences = prompts.task.prompt_ids
-    log(f"attention shares on {len(sequences)} {s.task} prompt(s)")
+    log(f"attention shares on {len(sequences)} {s.task.name} prompt(s)")
     model = prompts.model()
     entries = []
     for v in [Variant("base")] + ([variant] if variant is not None else []):
@@ -252,8 +252,8 @@ def _attention(
         "regions": list(REGIONS),
         "skip_first": s.skip_first,
         "num_samples": len(sequences),
-        "task": s.task,
-        "model": str(s.model),
+        "task": s.task.name,
+        "model": s.model.name,
         "prompt_tokens": tokens,
         "chat_template": prompts.chat,
         "variants": entries,
@@ -267,7 +267,7 @@ def _attention(
         "## Where the last token's attention lands",
         "",
         f"Per decoder layer, the share of the last prompt token's attention (mean over heads and {len(sequences)} "
-        f"{s.task} prompts of {tokens['min']}–{tokens['max']} tokens) on the beginning, middle and end thirds of "
+        f"{s.task.name} prompts of {tokens['min']}–{tokens['max']} tokens) on the beginning, middle and end thirds of "
         "the prompt"
         + (f", the first {s.skip_first} token(s) left out" if s.skip_first else "")
         + ". Eager attention, this analysis only.",

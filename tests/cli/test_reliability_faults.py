@@ -47,7 +47,7 @@ def one_line_error(capsys, rc: int, *needles: str, loaded: bool = False) -> str:
 def small(out, model_dir, **overrides) -> SearchSettings:
     kw = dict(model=str(model_dir), pairs=3, num_positions=2, search_records=1, holdout_records=1, trials=3)
     kw.update(population=2, s_min=1.0, s_max=1.5, device="cpu", out=str(out), progress=False, heartbeat=1)
-    return SearchSettings(**{**kw, **overrides})
+    return SearchSettings.flat(**{**kw, **overrides})
 
 
 def enospc(*args, **kwargs):
@@ -302,7 +302,7 @@ def test_demo_refuses_a_stored_study_with_other_settings_before_the_first_step(
     settings = small(out / "2-search", model_dir, pairs=4, positions=(0, 2), storage=url, study="demo", sampler="gp")
     fingerprint = study_fingerprint(settings, "float32")
     storage = open_storage(url)
-    storage_mod.create_or_load_study(storage, "demo", ["maximize"], fingerprint, settings.space(), [])
+    storage_mod.create_or_load_study(storage, "demo", ["maximize"], fingerprint, settings.space.bezier(), [])
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     one_line_error(capsys, main(demo_args(model_dir, out)), "study 'demo' exists with other settings", "pairs")
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

@@ -67,9 +67,9 @@ def test_the_python_api_refuses_an_empty_out_too(tmp_path, model_dir):
     with pytest.raises(ExportError, match="is empty"):
         export_model(str(model_dir), str(make_adapter(tmp_path / "a", results=False)), "", overwrite=True)
     with pytest.raises(SearchError, match="is empty"):
-        SearchSettings(model=str(model_dir), out=" ")
+        SearchSettings.flat(model=str(model_dir), out=" ")
     with pytest.raises(EvalError, match="is empty"):
-        EvalSettings(model=str(model_dir), out="")
+        EvalSettings.flat(model=str(model_dir), out="")
 
 
 def test_a_card_written_on_a_full_disk_keeps_the_old_card(tmp_path, monkeypatch, capsys):
@@ -219,7 +219,7 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
     first = study_fingerprint(settings, "float32")
     assert first["model"]["weights"]
     storage = open_storage(settings.storage_url())
-    storage_mod.create_or_load_study(storage, "lrs-search", ["maximize"], first, settings.space(), [])
+    storage_mod.create_or_load_study(storage, "lrs-search", ["maximize"], first, settings.space.bezier(), [])
     tiny_model("llama", num_layers=4, seed=1).save_pretrained(folder)  # other weights, same config.json
     now = study_fingerprint(settings, "float32")
     assert now["model"]["config"] == first["model"]["config"] and now["model"]["weights"] != first["model"]["weights"]

@@ -98,7 +98,7 @@ def test_settings_refuse_a_blank_out_when_made_and_write_nothing(place, name, ki
         path = make_place(root, place, name)
         before = snapshot(root)
         make = {
-            "search": lambda: SearchSettings(out=path),
+            "search": lambda: SearchSettings.flat(out=path),
             "eval": lambda: EvalSettings(out=path),
         }[kind]
         try:

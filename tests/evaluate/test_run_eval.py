@@ -36,14 +36,14 @@ def model_dir(tmp_path_factory):
 )
 def test_settings_are_checked_when_made(kwargs, needle, tmp_path):
     with pytest.raises(EvalError, match=needle):
-        EvalSettings(out=tmp_path / "never", **kwargs)
+        EvalSettings.flat(out=tmp_path / "never", **kwargs)
     assert not (tmp_path / "never").exists()
 
 
 def test_run_eval_writes_what_the_cli_writes(model_dir, tmp_path, capsys):
     common = dict(model=str(model_dir), num_pairs=3, num_positions=3, num_samples=2, device="cpu", progress=False)
     api = run_eval(
-        EvalSettings(variants="base,uniform:1.5", out=tmp_path / "api", plot=False, **common), log=lambda s: None
+        EvalSettings.flat(variants="base,uniform:1.5", out=tmp_path / "api", plot=False, **common), log=lambda s: None
     )
     rc = main(
         ["eval", "--model", str(model_dir), "--num-pairs", "3", "--num-positions", "3", "--num-samples", "2"]
@@ -66,7 +66,7 @@ def test_a_bad_device_is_refused_before_the_weights_load(model_dir, tmp_path, mo
 
     monkeypatch.setattr(ev, "load_model", lambda *a, **k: pytest.fail("the weights were loaded"))
     with pytest.raises(EvalError, match="--device 'tpu'"):
-        run_eval(EvalSettings(model=str(model_dir), device="tpu", num_pairs=3, out=tmp_path / "o"), log=lambda s: None)
+        run_eval(EvalSettings.flat(model=str(model_dir), device="tpu", pairs=3, out=tmp_path / "o"), log=lambda s: None)
     assert not (tmp_path / "o").exists()
 
 
@@ -125,7 +125,7 @@ def test_analyze_settings_are_checked_when_made(kwargs, needle, tmp_path):
     from rope_adapter.evaluate import AnalyzeSettings
 
     with pytest.raises(EvalError, match=needle):
-        AnalyzeSettings(out=tmp_path / "never", **kwargs)
+        AnalyzeSettings.flat(out=tmp_path / "never", **kwargs)
 
 
 def test_run_analysis_draws_the_decay_bound_without_a_model(tmp_path):

@@ -87,7 +87,7 @@ def test_confirmation_chooses_on_its_own_records_and_resumes_without_rescoring(s
 
     real = study_mod.run_confirmation
     monkeypatch.setattr(study_mod, "run_confirmation", lambda *a, **k: real(*a, **k, score=score))
-    confirmed = replace(settings, confirm_top=3, confirm_records=2, trials=0)
+    confirmed = settings.updated(confirm_top=3, confirm_records=2, trials=0)
     result = run_search(confirmed)
     report = result.report
     confirmation = report["confirmation"]
@@ -118,11 +118,11 @@ def test_confirmation_chooses_on_its_own_records_and_resumes_without_rescoring(s
 def test_confirmation_scores_with_the_model(searched):
     """Without a stand-in: candidates scored by the worker on the confirmation records, stored in the study."""
     settings, first = searched
-    confirmed = replace(settings, confirm_top=2, confirm_records=3)
+    confirmed = settings.updated(confirm_top=2, confirm_records=3)
     worker = study_mod.make_worker(confirmed, 0)
     assert len({s.record_id for s in worker.confirm.samples}) == 3
     assert not {s.record_id for s in worker.confirm.samples} & {s.record_id for s in worker.search.samples}
-    study = optuna.load_study(study_name=settings.study, storage=settings.storage_url())
+    study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
     trials = study.get_trials()
     confirmation = run_confirmation(study, trials, worker, (first.chosen_trial, None))
     top = candidates([trial_record(t) for t in trials], settings.objective_spec(), settings.select, 2)
@@ -130,5 +130,5 @@ def test_confirmation_scores_with_the_model(searched):
     expected = worker.evaluator.score(top["searched"][0]["factors"], worker.confirm).by_position
     got = confirmation["candidates"][0]["by_position"]
     assert got == pytest.approx({str(p): v for p, v in expected.items()}, abs=1e-6)  # stored to 6 decimals
-    stored = optuna.load_study(study_name=settings.study, storage=settings.storage_url()).user_attrs
+    stored = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url()).user_attrs
     assert f"confirmation:3:{top['searched'][0]['number']}" in stored

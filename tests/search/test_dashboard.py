@@ -50,7 +50,7 @@ def test_dashboard_shows_the_study_with_named_objectives(tmp_path, model_dir):
     try:
         _wait_for_port(server, port)  # "Listening on" is printed before the socket accepts (issue 18)
         summaries = _get(port, "/api/studies")["study_summaries"]
-        (study,) = [s for s in summaries if s["study_name"] == settings.study]
+        (study,) = [s for s in summaries if s["study_name"] == settings.study.name]
         assert study["directions"] == ["maximize", "maximize"]
         detail = _get(port, f"/api/studies/{study['study_id']}")
         assert detail["objective_names"] == ["mean", "worst"]

@@ -5,7 +5,6 @@ and the report has one entry per length. A single length is what it was."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,9 @@ def test_pairs_takes_one_length_or_several(tmp_path, model_dir):
         small(tmp_path, model_dir, pairs=[3, 3])
     with pytest.raises(SearchError, match="pairs must be integers >= 1"):
         small(tmp_path, model_dir, pairs=[3, 0])
-    with pytest.raises(SearchError, match="several record lengths \\(--pairs 3 4\\) need generated kv-retrieval"):
+    with pytest.raises(
+        SearchError, match="several record lengths \\(--pairs 3 4\\) need a task that generates its records"
+    ):
         small(tmp_path, model_dir, pairs=[3, 4], task="passkey")
     weighted = small(tmp_path, model_dir, pairs=[3, 4], objective="weighted", position_weights=(1, 2, 3))
     assert weighted.objective_spec().position_weights == (1, 2, 3, 1, 2, 3)
@@ -45,7 +46,7 @@ def test_each_length_is_split_as_a_study_of_that_length(tmp_path, model_dir):
     settings = small(tmp_path, model_dir, pairs=(3, 4), search_records=8, race=(0.5,))
     splits = length_splits(settings)
     for (pairs, _, search, holdout, confirm), alone in zip(splits, (3, 4), strict=True):
-        _, search_alone, holdout_alone = load_split(replace(settings, pairs=alone))
+        _, search_alone, holdout_alone = load_split(settings.updated(pairs=alone))
         assert pairs == alone and search == search_alone and holdout == holdout_alone and len(confirm) == 4
         assert all(len(r.pairs) == alone for r in search + holdout + confirm)
     samples = length_samples(splits, SEARCH, 0, 4)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 
 import pytest
 from hypothesis import given
@@ -14,6 +13,7 @@ from hypothesis import strategies as st
 from testkit.properties import SETTINGS, anything, int_forms, real_forms
 
 from rope_adapter import LrsError
+from rope_adapter.composed import flat_fields, flatten
 from rope_adapter.evaluate import EvalSettings
 from rope_adapter.evaluate.analyze import AnalyzeSettings
 from rope_adapter.export.staging import check_export_options
@@ -25,7 +25,12 @@ SEARCH_WHOLE = ["batch_size", "max_batch_tokens", "pairs", "search_records", "ho
 SEARCH_WHOLE += ["population", "seed", "heartbeat", "workers", "trials", "ppl_windows", "data_seed", "max_records"]
 SEARCH_REAL = ["s_min", "s_max", "margin", "worst_weight", "race_z", "timeout", "budget", "max_step"]
 EVAL_WHOLE = ["num_samples", "batch_size", "chunk_tokens", "num_windows", "max_batch_tokens", "logprob_tokens"]
-EVAL_WHOLE += ["max_new_tokens", "stride", "held_out_after", "seed", "num_pairs", "num_positions"]
+EVAL_WHOLE += ["max_new_tokens", "stride", "held_out_after", "data_seed", "pairs", "num_positions"]
+
+
+def _flat(settings, name: str):
+    """A setting of the settings, by flat name (a part's too)."""
+    return flatten(settings)[name]
 
 
 def strict_json(value) -> str:
@@ -50,11 +55,11 @@ def _made_or_refused(make, name: str, value, error: type[Exception]):
 def _search_settings_as_plain(name: str, form, plain_value, kind: type) -> None:
     """SearchSettings made with ``form`` equal those made with the plain Python number (or both are refused), and
     hold the plain type, as strict JSON."""
-    settings = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, form, SearchError)
-    plain = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, plain_value, SearchError)
+    settings = _made_or_refused(lambda v: SearchSettings.flat(**{name: v}), name, form, SearchError)
+    plain = _made_or_refused(lambda v: SearchSettings.flat(**{name: v}), name, plain_value, SearchError)
     assert (settings is None) == (plain is None)
     if settings is not None:
-        assert type(getattr(settings, name)) is kind and settings == plain
+        assert type(_flat(settings, name)) is kind and settings == plain
         strict_json(settings_dict(settings))
 
 
@@ -74,7 +79,7 @@ def test_search_real_numbers_in_any_type(name, x, data):
 @SETTINGS
 @given(st.sampled_from(SEARCH_WHOLE + SEARCH_REAL + ["uniform", "race", "positions", "position_weights"]), anything)
 def test_search_settings_take_any_value_or_refuse_it_naming_the_field(name, value):
-    settings = _made_or_refused(lambda v: SearchSettings(**{name: v}), name, value, SearchError)
+    settings = _made_or_refused(lambda v: SearchSettings.flat(**{name: v}), name, value, SearchError)
     if settings is not None:
         strict_json(settings_dict(settings))
 
@@ -82,7 +87,7 @@ def test_search_settings_take_any_value_or_refuse_it_naming_the_field(name, valu
 @SETTINGS
 @given(st.lists(st.floats(0.5, 2.0).flatmap(lambda x: st.sampled_from(real_forms(x))), max_size=4))
 def test_uniform_baselines_in_any_number_type_are_floats(values):
-    settings = SearchSettings(uniform=values)
+    settings = SearchSettings.flat(uniform=values)
     assert all(type(u) is float for u in settings.uniform)  # type: ignore[union-attr]
     assert settings.uniform == tuple(float(v) for v in values)
     strict_json(settings_dict(settings))
@@ -94,10 +99,10 @@ def test_uniform_baselines_in_any_number_type_are_floats(values):
     st.one_of(st.integers(-2, 50).flatmap(lambda n: st.sampled_from(int_forms(n))), anything),
 )
 def test_eval_settings_take_any_number_or_refuse_it_naming_the_flag(name, value):
-    settings = _made_or_refused(lambda v: EvalSettings(**{name: v}), name, value, EvalError)
-    if settings is not None and getattr(settings, name) is not None:
-        assert type(getattr(settings, name)) is int
-        plain = EvalSettings(**{name: int(getattr(settings, name))})
+    settings = _made_or_refused(lambda v: EvalSettings.flat(**{name: v}), name, value, EvalError)
+    if settings is not None and _flat(settings, name) is not None:
+        assert type(_flat(settings, name)) is int
+        plain = EvalSettings.flat(**{name: int(_flat(settings, name))})
         assert settings == plain
 
 
@@ -107,11 +112,11 @@ def test_eval_settings_take_any_number_or_refuse_it_naming_the_flag(name, value)
     st.one_of(anything, st.lists(anything, min_size=1, max_size=3)),
 )
 def test_analyze_settings_take_any_number_or_refuse_it_naming_the_flag(name, value):
-    settings = _made_or_refused(lambda v: AnalyzeSettings(**{name: v}), name, value, EvalError)
+    settings = _made_or_refused(lambda v: AnalyzeSettings.flat(**{name: v}), name, value, EvalError)
     if settings is not None:
         got = getattr(settings, name)
         values = got if isinstance(got, list) else [got]
-        assert all(v is None or (type(v) in (int, float) and math.isfinite(v)) for v in values)
+        assert all(v is None or type(v) is int or (type(v) is float and math.isfinite(v)) for v in values)
 
 
 @SETTINGS
@@ -130,11 +135,18 @@ def test_export_options_are_numbers_or_an_export_error(atol, shard):
 
 
 def test_every_numeric_search_field_is_checked_here():
-    """A new int or float field of SearchSettings joins the lists above (or this test says which is missing)."""
-    numeric = {f.name for f in fields(SearchSettings) if str(f.type).replace(" | None", "") in ("int", "float")}
+    """A new int or float setting of SearchSettings (its parts' too) joins the lists above (or this test says which
+    is missing)."""
+    numeric = {
+        name
+        for name, entry in flat_fields(SearchSettings).items()
+        if str(entry.field.type).replace(" | None", "") in ("int", "float")
+    }
     missing = numeric - set(SEARCH_WHOLE) - set(SEARCH_REAL)
     assert missing <= {"num_positions", "threads", "k", "ppl_window_chars", "max_ppl_increase", "confirm_top"} | {
-        "confirm_records"
+        "confirm_records",
+        "num_filler",
+        "num_documents",
     }, missing
 
 

@@ -146,7 +146,7 @@ def test_bad_racing_settings_fail_before_any_work(tmp_path):
         ({"max_records": 0}, "max_records"),
     ):
         with pytest.raises(SearchError, match=match):
-            SearchSettings(out=str(tmp_path / "never"), **kwargs)
+            SearchSettings.flat(out=str(tmp_path / "never"), **kwargs)
     assert not (tmp_path / "never").exists()
 
 

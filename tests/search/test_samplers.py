@@ -55,7 +55,7 @@ def test_each_sampler_runs_and_reports_itself(searches, name):
     assert config["provenance"]["method"] == f"bezier-{name}"
     assert config["provenance"]["study"]["sampler"] == report["study"]["sampler"]
     assert describe_sampler(name, settings.population) in (Path(settings.out) / "search_report.md").read_text()
-    study = optuna.load_study(study_name=settings.study, storage=settings.storage_url())
+    study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
     assert study.user_attrs[storage_mod.SETTINGS_ATTR]["sampler"] == name
     # the proposals after the baselines are new points, not the baselines again
     searched = [t for t in trials if t.user_attrs.get("baseline") is None and t.state.name == "COMPLETE"]
@@ -126,7 +126,7 @@ def test_a_study_made_before_the_sampler_setting_resumes_as_nsga2(tmp_path, mode
     old = study_fingerprint(settings, "float32")
     del old["sampler"]
     storage = open_storage(settings.storage)
-    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
+    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space.bezier(), [])
     assert storage_mod.check_existing_study(storage, "lrs", study_fingerprint(settings, "float32"))
     default = small(tmp_path, model_dir, storage=settings.storage, study="lrs")
     assert storage_mod.resolve_sampler(default, storage).sampler == "nsga2"

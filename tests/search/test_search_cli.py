@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -49,19 +48,20 @@ def test_help_explains_every_flag(capsys):
 
 def test_flags_cover_the_settings_with_the_same_defaults():
     from rope_adapter.cli.search import settings_from_args
+    from rope_adapter.composed import flat_fields
 
     parser = search_parser()
     flags = {a.dest for a in parser._actions}
-    for f in fields(SearchSettings):
-        if f.metadata.get("cli", True) is False:
+    settings = flat_fields(SearchSettings)
+    for name, entry in settings.items():
+        if entry.field.metadata.get("cli", True) is False:
             continue
-        dest = {"task_options": "task_option", "progress": "no_progress"}.get(f.name, f.name)
-        assert dest in flags, f.name
+        assert {"progress": "no_progress"}.get(name, name) in flags, name
     defaults = settings_from_args(parser.parse_args([]))
-    assert defaults == SearchSettings()
-    # help texts come from the dataclass
+    assert defaults == SearchSettings() == SearchSettings.flat()
+    # help texts come from the dataclasses, the parts' included
     for action in parser._actions:
-        if action.dest in {f.name for f in fields(SearchSettings)}:
+        if action.dest in settings:
             assert settings_help(action.dest).replace("%", "%%") in action.help
 
 

@@ -24,7 +24,7 @@ from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import differences_by_position_and_record
 from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
 from rope_adapter.scoring.tasks import KVRetrievalTask
-from rope_adapter.search import SearchSettings, run_search
+from rope_adapter.search import run_search
 from rope_adapter.search.bezier import BezierSpace
 from rope_adapter.search.holdout import holdout_verdict
 from rope_adapter.search.objective import (
@@ -278,7 +278,7 @@ def test_outputs_of_a_finished_search(finished):
 
 def test_an_existing_study_resumes_and_keeps_its_trials(finished, tmp_path):
     settings, _, before = finished
-    more = SearchSettings(**{**settings.__dict__, "trials": settings.trials + 3})
+    more = settings.updated(trials=settings.trials + 3)
     run_search(more)
     after = load_trials(more)
     old = {t.number: t.values for t in complete(before)}
@@ -287,7 +287,7 @@ def test_an_existing_study_resumes_and_keeps_its_trials(finished, tmp_path):
     assert len(new) >= settings.trials + 3
     assert min(set(new) - set(old)) > max(old)
     # trials=0 only rebuilds the outputs from the study
-    again = run_search(SearchSettings(**{**settings.__dict__, "trials": 0}))
+    again = run_search(settings.updated(trials=0))
     assert again.report["study"]["complete"] == len(new)
 
 
@@ -315,7 +315,7 @@ def test_resume_after_sigkill(tmp_path, model_dir):
     assert len(before) >= 3
 
     target = len(before) + 4
-    resumed = SearchSettings(**{**settings.__dict__, "trials": target})
+    resumed = settings.updated(trials=target)
     restart = start_cli(resumed)
     stdout, stderr = restart.communicate()
     assert restart.returncode == 0, stderr
@@ -357,7 +357,7 @@ def test_two_workers_share_one_postgres_study(tmp_path, model_dir):
 
 def test_new_trials_sample_end_ys_within_the_bounds(finished):
     settings, _, trials = finished
-    space = settings.space()
+    space = settings.space.bezier()
     for t in complete(trials):
         for name in ("y0", f"y{space.degree}"):
             d = t.distributions[name]
@@ -380,10 +380,10 @@ def test_repeated_proposals_are_pruned_without_scoring(tmp_path, model_dir):
     settings = small(tmp_path / "rep", model_dir, trials=7, holdout_records=1)
     run_search(settings)
     storage = optuna.storages.RDBStorage(settings.storage_url())
-    study = optuna.load_study(study_name=settings.study, storage=storage)
+    study = optuna.load_study(study_name=settings.study.name, storage=storage)
     earlier = next(t for t in study.get_trials() if t.number == 1)
     study.enqueue_trial(earlier.params)  # what NSGA-II does when two identical parents cross without mutation
-    result = run_search(SearchSettings(**{**settings.__dict__, "trials": 8}))
+    result = run_search(settings.updated(trials=8))
     trials = {t.number: t for t in load_trials(settings)}
     pruned = [t for t in trials.values() if t.state.name == "PRUNED"]
     assert len(pruned) == 1 and pruned[0].params == earlier.params

@@ -29,7 +29,7 @@ def no_model_load(monkeypatch):
 
 
 def test_unknown_task(tmp_path, model_dir, no_model_load):
-    with pytest.raises(SearchError, match="unknown task 'kv-retrival'; known tasks: .*kv-retrieval"):
+    with pytest.raises(SearchError, match="unknown task 'kv-retrival'; known tasks: .*kv_retrieval"):
         run_search(small(tmp_path, model_dir, task="kv-retrival"))
     with pytest.raises(SearchError, match="perplexity is a guard"):
         run_search(small(tmp_path, model_dir, task="perplexity"))
@@ -41,7 +41,7 @@ def test_unreadable_data_file(tmp_path, model_dir, no_model_load):
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(b"this is not gzip")
     with pytest.raises(
-        SearchError, match=r"cannot use the data of task 'kv-retrieval': cannot read data file .*broken\.jsonl\.gz"
+        SearchError, match=r"cannot use the data of task 'kv_retrieval': cannot read data file .*broken\.jsonl\.gz"
     ):
         run_search(small(tmp_path, model_dir, data=str(broken)))
     wrong = tmp_path / "wrong.jsonl"
@@ -130,7 +130,7 @@ def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_marg
     old = study_fingerprint(settings, "float32")
     del old["space"]["endpoint_margin"], old["sampler"]  # it was made before both settings existed
     storage = open_storage(settings.storage)
-    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space(), [])
+    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space.bezier(), [])
     with pytest.raises(SearchError, match=r"space.endpoint_margin: True in the study, False now.*--endpoint-margin"):
         storage_mod.check_existing_study(storage, "lrs", study_fingerprint(settings, "float32"))
     legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True, sampler="nsga2")
@@ -151,7 +151,7 @@ def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_marg
         (dict(select="best"), "select"),
         (dict(workers=0), "workers"),
         (dict(positions=(0, 7)), "positions"),
-        (dict(task_options={"filler": 3}), "no option"),
+        (dict(task_options={"filler": 3}), "does not take filler"),
         (dict(ppl_text="x.txt"), "needs --max-ppl-increase"),
     ],
 )
@@ -175,7 +175,7 @@ def test_bad_settings_fail_before_loading(tmp_path, model_dir, no_model_load, ov
 def test_bad_settings_are_refused_when_made(kwargs, match, tmp_path):
     """SearchSettings validates itself in __post_init__: nothing is created, no model is loaded."""
     with pytest.raises(SearchError, match=match):
-        SearchSettings(out=str(tmp_path / "never"), **kwargs)
+        SearchSettings.flat(out=str(tmp_path / "never"), **kwargs)
     assert not (tmp_path / "never").exists()
 
 

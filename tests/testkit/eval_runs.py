@@ -32,6 +32,7 @@ def eval_runner(root: Path, **common) -> Callable[..., Path]:
 
     def run(name: str, variants: str, **settings) -> Path:
         merged = {**base, **common, **settings}
-        return run_eval(EvalSettings(variants=variants, out=root / name, **merged), log=lambda s: None).paths["json"]
+        settings = EvalSettings.flat(variants=variants, out=root / name, **merged)
+        return run_eval(settings, log=lambda s: None).paths["json"]
 
     return run

@@ -33,17 +33,17 @@ def small(out: Path, model_dir: Path, **overrides) -> SearchSettings:
         confirm_records=4,  # confirmation on a few records: fast, and it still runs in every small search
     )
     kw.update(overrides)
-    return SearchSettings(**kw)
+    return SearchSettings.flat(**kw)
 
 
 def cli_args(settings: SearchSettings) -> list[str]:
     """The command line of the settings used by the subprocess tests."""
     args = [
-        "--model", settings.model, "--pairs", str(settings.pairs), "--num-positions", str(settings.num_positions),
+        "--model", settings.model.name, "--pairs", str(settings.pairs), "--num-positions", str(settings.num_positions),
         "--search-records", str(settings.search_records), "--holdout-records", str(settings.holdout_records),
         "--trials", str(settings.trials), "--population", str(settings.population), "--s-max", str(settings.s_max),
         "--device", "cpu", "--out", settings.out, "--heartbeat", str(settings.heartbeat), "--no-progress",
-        "--workers", str(settings.workers), "--study", settings.study,
+        "--workers", str(settings.workers), "--study", settings.study.name,
         "--confirm-top", str(settings.confirm_top), "--confirm-records", str(settings.confirm_records),
     ]  # fmt: skip
     if settings.sampler:
@@ -80,7 +80,7 @@ def load_trials(settings: SearchSettings):
         return []  # the search process has not created its study file yet
     try:
         storage = optuna.storages.RDBStorage(url, skip_table_creation=True)
-        return optuna.load_study(study_name=settings.study, storage=storage).get_trials(deepcopy=False)
+        return optuna.load_study(study_name=settings.study.name, storage=storage).get_trials(deepcopy=False)
     except KeyError:  # no such study yet
         return []
     except Exception as exc:
