@@ -8,8 +8,9 @@ modules (torch, transformers, matplotlib) load only when their names are used.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rope_adapter.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from rope_adapter.scoring.loading import EvalError
@@ -40,9 +41,4 @@ __all__ = [
     "run_eval",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Literal, TypedDict
 
 import numpy as np
 import torch
@@ -87,6 +87,30 @@ def relative_upper_bound(
     return out
 
 
+class _DecayCurveRequired(TypedDict):
+    factor: float
+    label: str
+    bound: list[float]  # per distance (linear) or the bin means (log)
+
+
+class DecayCurve(_DecayCurveRequired, total=False):
+    """One factor's bound; on the log scale with each bin's range."""
+
+    bound_min: list[float]
+    bound_max: list[float]
+
+
+class DecayCurves(TypedDict):
+    """What :func:`decay_curves` returns (and decay.json holds, with analyze's own keys)."""
+
+    head_dim: int
+    theta: float
+    max_distance: int
+    scale: Literal["linear", "log"]
+    distances: list[float]  # integer distances (linear) or the bins' geometric centres (log)
+    curves: list[DecayCurve]
+
+
 def decay_curves(
     factors: Sequence[float],
     *,
@@ -96,7 +120,7 @@ def decay_curves(
     labels: Sequence[str] | None = None,
     linear_up_to: int = 1024,
     bins: int = 120,
-) -> dict[str, Any]:
+) -> DecayCurves:
     """The bound for several factors, ready to plot (what decay.json holds).
 
     Up to ``linear_up_to`` tokens every integer distance is kept (``scale`` "linear", as RoFormer's Figure 2).
@@ -111,11 +135,11 @@ def decay_curves(
     labels = list(labels) if labels is not None else [f"s = {f:g}" for f in factors]
     if len(labels) != len(factors):
         raise LrsError("one label per factor")
-    data: dict[str, Any] = {"head_dim": int(head_dim), "theta": float(theta), "max_distance": int(max_distance)}
-    curves = []
+    curves: list[DecayCurve] = []
     if max_distance <= linear_up_to:
+        scale: Literal["linear", "log"] = "linear"
         distances = np.arange(max_distance + 1)
-        data.update(scale="linear", distances=distances.tolist())
+        shown = distances.tolist()
         for f, label in zip(factors, labels, strict=True):
             bound = relative_upper_bound(distances, head_dim=head_dim, theta=theta, factor=f)
             curves.append({"factor": float(f), "label": label, "bound": bound.tolist()})
@@ -126,7 +150,7 @@ def decay_curves(
         centres = [
             float(np.sqrt(a * (b - 1))) if b - 1 > a else float(a) for a, b in zip(edges[:-1], edges[1:], strict=True)
         ]
-        data.update(scale="log", distances=centres)
+        scale, shown = "log", centres
         for f, label in zip(factors, labels, strict=True):
             bound = relative_upper_bound(distances, head_dim=head_dim, theta=theta, factor=f)
             groups = [bound[index == i] for i in range(len(edges) - 1)]
@@ -139,8 +163,14 @@ def decay_curves(
                     "bound_max": [float(g.max()) for g in groups],
                 }
             )
-    data["curves"] = curves
-    return data
+    return {
+        "head_dim": int(head_dim),
+        "theta": float(theta),
+        "max_distance": int(max_distance),
+        "scale": scale,
+        "distances": shown,
+        "curves": curves,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- attention

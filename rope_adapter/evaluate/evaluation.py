@@ -26,23 +26,20 @@ from __future__ import annotations
 
 import math
 import os
-import platform
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import peft
 import torch
-import transformers
 
-import rope_adapter
-from rope_adapter.records import read_json
+from rope_adapter.json_types import JsonObject, JsonValue
+from rope_adapter.records import check_record, read_json
 from rope_adapter.scoring.generation import greedy_accuracy
-from rope_adapter.scoring.intervals import CONFIDENCE, Interval, paired_t_interval
+from rope_adapter.scoring.intervals import DifferenceEntry, Interval, paired_t_interval
 from rope_adapter.scoring.loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.loading import load_model as load_model
@@ -66,7 +63,19 @@ from rope_adapter.scoring.tasks import (
 from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
 from .report import positions_markdown
-from .results import SweepResults
+from .results import (
+    RESULTS_FILES,
+    MetricComparison,
+    MetricSummary,
+    PositionResultsFile,
+    PositionSettings,
+    ResultsFile,
+    ResultsKind,
+    SampleRow,
+    SweepResults,
+    environment,
+    evaluated_variant,
+)
 from .results_record import position_table
 
 # ---------------------------------------------------------------------------------------------------- samples
@@ -145,8 +154,8 @@ def check_context(prompt_lengths: Sequence[int], max_positions: int | None, *, a
 # ---------------------------------------------------------------------------------------------------- results
 
 
-@dataclass
-class PositionResults(SweepResults):
+@dataclass(kw_only=True)
+class PositionResults(SweepResults[SampleRow, PositionSettings]):
     """Every sample's score for every variant, and the per-position summaries with 95 % intervals."""
 
     KIND = "positions"
@@ -156,11 +165,6 @@ class PositionResults(SweepResults):
     task: str
     metrics: list[str]
     positions: list[int]
-    variants: list[dict[str, Any]]
-    rows: list[dict[str, Any]] = field(repr=False)
-    reference: str = ""
-    settings: dict[str, Any] = field(default_factory=dict)
-    confidence: float = CONFIDENCE
 
     # ---- values
     def values(self, variant: str, metric: str, position: int | None = None) -> np.ndarray:
@@ -178,9 +182,9 @@ class PositionResults(SweepResults):
         """Mean and 95 % interval of one variant's metric (Wilson for accuracy, Student t for log-probs)."""
         return METRICS[metric]["interval"](self.values(variant, metric, position), self.confidence)
 
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self) -> dict[str, dict[str, MetricSummary]]:
         """``{variant: {metric: {"by_position": {pos: interval}, "overall": interval}}}`` as plain dicts."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, dict[str, MetricSummary]] = {}
         for name in self.variant_names:
             out[name] = {}
             for metric in self.metrics:
@@ -190,9 +194,9 @@ class PositionResults(SweepResults):
                 }
         return out
 
-    def comparisons(self) -> dict[str, dict[str, Any]]:
+    def comparisons(self) -> dict[str, dict[str, MetricComparison]]:
         """Paired differences of each variant from the reference, per position and overall, with verdicts."""
-        out: dict[str, dict[str, Any]] = {}
+        out: dict[str, dict[str, MetricComparison]] = {}
         for name in self.variant_names:
             if name == self.reference:
                 continue
@@ -200,7 +204,9 @@ class PositionResults(SweepResults):
             for metric in self.metrics:
                 better = METRICS[metric]["higher_is_better"]
 
-                def diff(p: int | None, metric: str = metric, better: bool = better, name: str = name) -> dict:
+                def diff(
+                    p: int | None, metric: str = metric, better: bool = better, name: str = name
+                ) -> DifferenceEntry:
                     return paired_t_interval(
                         self.values(name, metric, p),
                         self.values(self.reference, metric, p),
@@ -214,10 +220,10 @@ class PositionResults(SweepResults):
                 }
         return out
 
-    def head(self) -> dict[str, Any]:
+    def head(self) -> JsonObject:
         return {"task": self.task, "metrics": self.metrics, "positions": self.positions}
 
-    def record(self, data: Mapping[str, Any]) -> ResultsTable:
+    def record(self, data: PositionResultsFile) -> ResultsTable:
         """The results record of this sweep (:func:`~rope_adapter.evaluate.results_record.position_table`)."""
         return position_table(data)
 
@@ -225,20 +231,6 @@ class PositionResults(SweepResults):
         from .plots import plot_positions  # matplotlib (about 1 s) loads only when results are written
 
         return plot_positions, positions_markdown
-
-
-def environment() -> dict[str, Any]:
-    """Versions and machine, recorded in results.json."""
-    return {
-        "rope_adapter": rope_adapter.__version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "peft": peft.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "torch_threads": torch.get_num_threads(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-    }
 
 
 # ---------------------------------------------------------------------------------------------------- running
@@ -251,12 +243,30 @@ def _finite(value: float) -> float:
     return float(value)
 
 
+def check_reference(variants: Sequence[Variant], reference: str | None) -> str:
+    """The reference variant's name (default: the first variant); an :class:`EvalError` for no variants or a
+    reference that is not one of them."""
+    if not variants:
+        raise EvalError("no variants to evaluate")
+    names = [v.name for v in variants]
+    reference = reference or names[0]
+    if reference not in names:
+        raise EvalError(f"reference variant {reference!r} is not among the variants {names}")
+    return reference
+
+
 def iter_variants(
-    model: torch.nn.Module, variants: Sequence[Variant], plans: Mapping[str, AdapterPlan] | None = None
+    model: torch.nn.Module,
+    variants: Sequence[Variant],
+    plans: Mapping[str, AdapterPlan] | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> Iterator[tuple[Variant, torch.nn.Module]]:
-    """Each variant's model in turn (built, used, released), sharing ``model``'s weights."""
+    """Each variant's model in turn (built, used, released), sharing ``model``'s weights; ``log`` gets one line
+    per variant (``[2/3] name  (spec)``)."""
     plans = plans or {}
-    for variant in variants:
+    for index, variant in enumerate(variants, start=1):
+        if log is not None:
+            log(f"[{index}/{len(variants)}] {variant.name}  ({variant.spec})")
         with build_variant(model, variant, plans.get(variant.name)) as built:
             yield variant, built
 
@@ -300,7 +310,7 @@ def evaluate_positions(
     reference: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
-    settings: Mapping[str, Any] | None = None,
+    settings: Mapping[str, JsonValue] | None = None,
     prepared: TokenizedTask | None = None,
 ) -> PositionResults:
     """Score every variant on the same samples; see the module docstring.
@@ -331,12 +341,7 @@ def evaluate_positions(
         raise EvalError(f"unknown score(s) {bad or metrics}; choose from {', '.join(METRICS)}")
     if "accuracy" in metrics and not task.supports_generation:
         raise EvalError(f"task {task.name!r} has no greedy answer rule; use the logprob score only")
-    if not variants:
-        raise EvalError("no variants to evaluate")
-    names = [v.name for v in variants]
-    reference = reference or names[0]
-    if reference not in names:
-        raise EvalError(f"reference variant {reference!r} is not among the variants {names}")
+    reference = check_reference(variants, reference)
     if logprob_tokens is not None and logprob_tokens < 1:
         raise EvalError(f"logprob_tokens must be >= 1, got {logprob_tokens}")
     if max_new_tokens is not None and max_new_tokens < 1:
@@ -348,12 +353,9 @@ def evaluate_positions(
         prepared = prepare_samples(samples, tokenizer, task, chat_template=chat_template, system_prompt=system_prompt)
     elif len(prepared) != len(samples):
         raise EvalError(f"prepared holds {len(prepared)} samples, not the {len(samples)} given")
-    rows: list[dict[str, Any]] = []
-    described: list[dict[str, Any]] = []
-    timings: dict[str, float] = {}
-    for index, (variant, built) in enumerate(iter_variants(model, variants, plans), start=1):
-        if log is not None:
-            log(f"[{index}/{len(variants)}] {variant.name}  ({variant.spec})")
+    rows: list[SampleRow] = []
+    described = []
+    for variant, built in iter_variants(model, variants, plans, log):
         start = time.perf_counter()
         scores: dict[str, list[float]] = {}
         predictions: list[str] | None = None
@@ -375,10 +377,10 @@ def evaluate_positions(
             )
             scores["accuracy"] = [float(c) for c in greedy.correct]
             predictions = greedy.predictions
-        timings[variant.name] = time.perf_counter() - start
-        described.append({**variant.to_dict(), **describe_variant(built), "seconds": round(timings[variant.name], 3)})
+        seconds = time.perf_counter() - start
+        described.append(evaluated_variant(variant, describe_variant(built), seconds))
         for i, sample in enumerate(prepared.samples):
-            row: dict[str, Any] = {
+            row: SampleRow = {
                 "variant": variant.name,
                 "sample": i,
                 "record_id": sample.record_id,
@@ -389,7 +391,7 @@ def evaluate_positions(
             if predictions is not None:
                 row["prediction"] = predictions[i]
             rows.append(row)
-    all_settings = {
+    all_settings: PositionSettings = {
         "num_samples": len(samples),
         "num_records": len({s.record_id for s in samples}),
         "chat_template": chat_template,
@@ -415,10 +417,14 @@ def evaluate_positions(
     )
 
 
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a results.json (a folder is taken to hold one): strict JSON holding an object, or a
-    :class:`~rope_adapter.errors.RecordFileError` naming the file."""
+def load_results(path: str | os.PathLike[str]) -> ResultsFile:
+    """Read a results.json (a folder is taken to hold one): strict JSON holding the record of its ``kind``
+    (:data:`~rope_adapter.evaluate.results.RESULTS_FILES`), or a :class:`~rope_adapter.errors.RecordFileError`
+    naming the file and the field."""
     file = Path(path)
     if file.is_dir():
         file = file / "results.json"
-    return read_json(file, dict[str, Any])
+    data = read_json(file, dict[str, JsonValue])
+    check_record(data.get("kind"), ResultsKind, file, "kind")
+    check_record(data, RESULTS_FILES[data["kind"]], file, null_numbers=True)  # a non-finite number is stored as null
+    return data

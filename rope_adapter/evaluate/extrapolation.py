@@ -30,7 +30,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,21 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rope_adapter.scoring.intervals import CONFIDENCE, mean_interval, paired_t_interval
+from rope_adapter.json_types import JsonObject, JsonValue
+from rope_adapter.scoring.intervals import DifferenceEntry, mean_interval, paired_t_interval
 from rope_adapter.scoring.variants import AdapterPlan, Variant, describe_variant
 
-from .evaluation import EvalError, environment, iter_variants, make_task
+from .evaluation import EvalError, check_reference, iter_variants, make_task
 from .report import lengths_markdown
-from .results import SweepResults
+from .results import (
+    LengthSettings,
+    LengthSummary,
+    Perplexity,
+    SweepResults,
+    WindowRow,
+    environment,
+    evaluated_variant,
+)
 
 _LENGTH = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
 
@@ -176,8 +185,8 @@ def window_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, *, chunk_to
     return out
 
 
-@dataclass
-class LengthResults(SweepResults):
+@dataclass(kw_only=True)
+class LengthResults(SweepResults[WindowRow, LengthSettings]):
     """Per-window log-likelihoods for every variant and length, with perplexities and 95 % intervals."""
 
     KIND = "lengths"
@@ -185,11 +194,6 @@ class LengthResults(SweepResults):
     FIGURE = "lengths.png"
 
     lengths: list[int]
-    variants: list[dict[str, Any]]
-    rows: list[dict[str, Any]] = field(repr=False)
-    reference: str = ""
-    settings: dict[str, Any] = field(default_factory=dict)
-    confidence: float = CONFIDENCE
 
     def window_loglik(self, variant: str, length: int) -> np.ndarray:
         """Mean log-likelihood per token of each window (nats), in window order."""
@@ -197,7 +201,7 @@ class LengthResults(SweepResults):
             [r["loglik"] for r in self.rows if r["variant"] == variant and r["length"] == length], dtype=np.float64
         )
 
-    def perplexity(self, variant: str, length: int) -> dict[str, Any]:
+    def perplexity(self, variant: str, length: int) -> Perplexity:
         """Token-weighted perplexity with a 95 % interval from the spread of the windows' log-likelihoods."""
         rows = [r for r in self.rows if r["variant"] == variant and r["length"] == length]
         tokens = np.array([r["tokens"] for r in rows], dtype=np.float64)
@@ -214,12 +218,12 @@ class LengthResults(SweepResults):
             "tokens": int(tokens.sum()),
         }
 
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self) -> dict[str, LengthSummary]:
         return {
             name: {"by_length": {str(n): self.perplexity(name, n) for n in self.lengths}} for name in self.variant_names
         }
 
-    def comparisons(self) -> dict[str, dict[str, Any]]:
+    def comparisons(self) -> dict[str, dict[str, DifferenceEntry]]:
         """Paired per-window log-likelihood differences from the reference (positive: the variant is better)."""
         return {
             name: {
@@ -232,7 +236,7 @@ class LengthResults(SweepResults):
             if name != self.reference
         }
 
-    def head(self) -> dict[str, Any]:
+    def head(self) -> JsonObject:
         return {"task": "perplexity", "lengths": self.lengths}
 
     def renderers(self) -> tuple[Callable[..., Path], Callable[..., str]]:
@@ -253,7 +257,7 @@ def evaluate_lengths(
     reference: str | None = None,
     progress: bool = True,
     log: Callable[[str], None] | None = None,
-    settings: Mapping[str, Any] | None = None,
+    settings: Mapping[str, JsonValue] | None = None,
 ) -> LengthResults:
     """Perplexity of every variant on the same windows at every length (see the module docstring).
 
@@ -262,21 +266,14 @@ def evaluate_lengths(
     """
     if not windows:
         raise EvalError("no windows to evaluate")
-    if not variants:
-        raise EvalError("no variants to evaluate")
-    names = [v.name for v in variants]
-    reference = reference or names[0]
-    if reference not in names:
-        raise EvalError(f"reference variant {reference!r} is not among the variants {names}")
+    reference = check_reference(variants, reference)
     if batch_size < 1:
         raise EvalError(f"batch_size must be >= 1, got {batch_size}")
     lengths = sorted(windows)
-    rows: list[dict[str, Any]] = []
+    rows: list[WindowRow] = []
     described = []
     total = sum(len(w) for w in windows.values())
-    for index, (variant, built) in enumerate(iter_variants(model, variants, plans), start=1):
-        if log is not None:
-            log(f"[{index}/{len(variants)}] {variant.name}  ({variant.spec})")
+    for variant, built in iter_variants(model, variants, plans, log):
         start_time = time.perf_counter()
         bar = tqdm(total=total, desc=f"perplexity {variant.name}", disable=not progress, unit="window")
         for length in lengths:
@@ -302,8 +299,8 @@ def evaluate_lengths(
                 bar.update(len(chunk))
         bar.close()
         seconds = time.perf_counter() - start_time
-        described.append({**variant.to_dict(), **describe_variant(built), "seconds": round(seconds, 3)})
-    all_settings = {
+        described.append(evaluated_variant(variant, describe_variant(built), seconds))
+    all_settings: LengthSettings = {
         "num_windows": max(len(w) for w in windows.values()),
         "windows_by_length": {str(n): len(windows[n]) for n in lengths},
         "chunk_tokens": chunk_tokens,

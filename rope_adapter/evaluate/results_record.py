@@ -10,9 +10,6 @@ folder gives the card its table without the card reading any other key of it. :d
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from rope_adapter.scoring.intervals import CONFIDENCE
 from rope_adapter.scoring.metrics import METRIC_TABLE, PROPORTIONS, metric_title
 from rope_adapter.scoring.results_table import (
@@ -25,6 +22,8 @@ from rope_adapter.scoring.results_table import (
     finite,
     interval_cell,
 )
+
+from .results import EvaluatedVariant, PositionResultsFile
 
 READS = frozenset(
     {
@@ -46,7 +45,7 @@ LEAVES_OUT = frozenset({"samples", "results_table"})
 the record itself."""
 
 
-def position_table(data: Mapping[str, Any]) -> ResultsTable:
+def position_table(data: PositionResultsFile) -> ResultsTable:
     """The record of a position sweep, from what results.json holds (:meth:`PositionResults.to_dict`)."""
     if data.get("kind") != "positions" or not isinstance(data.get("summary"), dict):
         raise ResultsTableError(
@@ -77,7 +76,7 @@ def position_table(data: Mapping[str, Any]) -> ResultsTable:
             MetricTable(
                 name=metric,
                 title=metric_title(metric),
-                higher_is_better=METRIC_TABLE.get(metric, {}).get("higher_is_better", True),
+                higher_is_better=METRIC_TABLE[metric]["higher_is_better"] if metric in METRIC_TABLE else True,
                 interval="wilson" if metric in PROPORTIONS else "student-t",
                 cells=cells,
                 overall=overall,
@@ -103,7 +102,7 @@ def position_table(data: Mapping[str, Any]) -> ResultsTable:
     )
 
 
-def _variant(entry: Mapping[str, Any]) -> TableVariant:
+def _variant(entry: EvaluatedVariant) -> TableVariant:
     name = str(entry["name"])
     spec = str(entry.get("spec") or name)
     if spec == "base":

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -26,11 +26,33 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from rope_adapter import LrsConfig, LrsRotaryLayer, validate_factors
-from rope_adapter.scoring.intervals import mean_interval
+from rope_adapter.scoring.intervals import IntervalEntry, mean_interval
 from rope_adapter.scoring.shared_prefix import TokenizedTask, token_logprobs
 from rope_adapter.scoring.variants import quiet_peft, shared_weight_copy
 
 ADAPTER = "sensitivity"
+
+
+class LayerSlope(IntervalEntry):
+    """One layer's mean d score / d log s_l with its 95 % t interval over records."""
+
+    layer: int
+
+
+class SensitivityRecord(TypedDict):
+    """A :class:`Sensitivity` as sensitivity.json holds it (:meth:`Sensitivity.to_dict`)."""
+
+    quantity: str
+    factors: list[float]
+    samples: int
+    records: int
+    score_mean: float
+    tf_accuracy: float
+    by_layer: list[LayerSlope]
+    by_position: dict[str, list[float]]  # gold position -> mean gradient per layer
+    per_sample: list[list[float]]  # [samples][layers]
+    positions: list[int]
+    record_ids: list[str]
 
 
 @dataclass
@@ -50,7 +72,7 @@ class Sensitivity:
         index = np.array([order.index(r) for r in self.records])
         return order, np.stack([self.gradients[index == i].mean(0) for i in range(len(order))])
 
-    def by_layer(self) -> list[dict[str, Any]]:
+    def by_layer(self) -> list[LayerSlope]:
         """Per layer: the mean gradient and its 95 % t interval over records."""
         _, means = self.record_means()
         return [{"layer": layer, **mean_interval(means[:, layer]).to_dict()} for layer in range(means.shape[1])]
@@ -59,7 +81,7 @@ class Sensitivity:
         """``{gold position: mean gradient per layer}``."""
         return {int(p): self.gradients[self.positions == p].mean(0).tolist() for p in np.unique(self.positions)}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SensitivityRecord:
         return {
             "quantity": "d mean_logprob(whole gold answer) / d log s_l",
             "factors": self.factors,

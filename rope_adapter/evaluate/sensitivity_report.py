@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+from torch import nn
 
 from rope_adapter import files
 from rope_adapter.scoring.numbers import fmt, fmt_interval
@@ -13,15 +15,35 @@ from rope_adapter.scoring.shared_prefix import TokenizedTask
 
 from .own_outputs import ANALYZE_STAMP
 from .plots import plot_sensitivity
-from .sensitivity import layer_sensitivity
+from .sensitivity import LayerSlope, SensitivityRecord, layer_sensitivity
 
 
-def _clear(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+class SensitivityPoint(SensitivityRecord):
+    """The sensitivity at one point (named: "base", a variant)."""
+
+    name: str
+
+
+class _SensitivityFileRequired(TypedDict):
+    model: str
+    num_samples: int
+    num_records: int
+    interval: str
+    points: list[SensitivityPoint]
+
+
+class SensitivityFile(_SensitivityFileRequired, total=False):
+    """sensitivity.json."""
+
+    written_by: str  # own_outputs.ANALYZE_STAMP (always written; files written before the stamp lack it)
+
+
+def _clear(rows: Sequence[LayerSlope]) -> list[LayerSlope]:
     """The layers whose interval excludes 0."""
     return [r for r in rows if r["ci_low"] is not None and (r["ci_low"] > 0 or r["ci_high"] < 0)]
 
 
-def _top(rows: Sequence[dict[str, Any]], n: int = 3) -> str:
+def _top(rows: Sequence[LayerSlope], n: int = 3) -> str:
     """The ``n`` layers with the largest |mean| whose interval excludes 0, or a plain statement that none does."""
     clear = _clear(rows)
     if not clear:
@@ -32,7 +54,7 @@ def _top(rows: Sequence[dict[str, Any]], n: int = 3) -> str:
 
 def sensitivity_section(
     task: TokenizedTask,
-    model: Callable[[], Any],
+    model: Callable[[], nn.Module],
     points: Sequence[tuple[str, list[float] | None]],
     out: Path,
     paths: dict[str, Path],
@@ -44,12 +66,12 @@ def sensitivity_section(
     """Sensitivity at each ``(name, factors)`` point (None: the base); ``model()`` loads the model."""
     records = len({s.record_id for s in task.samples})
     log(f"sensitivity d score / d log s_l on {len(task)} samples ({records} records) at {len(points)} point(s)")
-    entries = []
+    entries: list[SensitivityPoint] = []
     for name, factors in points:
         result = layer_sensitivity(model(), task, factors, progress=progress)
         entries.append({"name": name, **result.to_dict()})
         log(f"  {name:<24} score {result.scores.mean():.4f}; {_top(entries[-1]['by_layer'])}")
-    data = {
+    data: SensitivityFile = {
         "written_by": ANALYZE_STAMP,
         "model": model_name,
         "num_samples": len(task),
@@ -64,7 +86,7 @@ def sensitivity_section(
     return sensitivity_lines(data)
 
 
-def sensitivity_lines(data: dict[str, Any]) -> list[str]:
+def sensitivity_lines(data: SensitivityFile) -> list[str]:
     """The Markdown section of ``analysis.md``, from ``sensitivity.json``'s dict alone."""
     entries = data["points"]
     records = data["num_records"]
