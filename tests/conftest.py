@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +20,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
     import torch
 
     torch.set_num_threads(1)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @pytest.fixture
@@ -66,9 +70,23 @@ def qwen():
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    """The same tiny model as ``tiny_llama_dir``, in a folder of the test module's own."""
-    return _save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+def tiny_llama_layers() -> int:
+    """How many layers the module's ``tiny_llama`` (and so its ``model_dir``) has: a test module overrides this
+    fixture to change both."""
+    return 4
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tiny_llama_layers: int) -> PreTrainedModel:
+    """The test module's tiny random Llama (shared: copy it before changing it)."""
+    return tiny_model("llama", num_layers=tiny_llama_layers)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_llama) -> Path:
+    """The module's ``tiny_llama`` (by default the same tiny model as ``tiny_llama_dir``) and the byte tokenizer,
+    saved in a folder of the test module's own."""
+    return save_model_folder(tiny_llama, tmp_path_factory.mktemp("tiny-llama"))
 
 
 def _save_tiny_llama(folder: Path) -> Path:

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 from peft import get_peft_model
-from testkit.tiny_models import save_model_folder, tiny_model
 
 from rope_adapter import LrsConfig
 from rope_adapter.cli import main
@@ -23,18 +22,13 @@ LAYERS = 3
 
 
 @pytest.fixture(scope="module")
-def base():
-    return tiny_model("llama", num_layers=LAYERS)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, base):
-    return save_model_folder(base, tmp_path_factory.mktemp("tiny-llama"))
+def tiny_llama_layers():
+    return LAYERS
 
 
 @pytest.fixture
-def adapter_dir(tmp_path, base):
-    get_peft_model(copy.deepcopy(base), LrsConfig(factors=[1.0, 1.3, 1.8])).save_pretrained(tmp_path / "ad")
+def adapter_dir(tmp_path, tiny_llama):
+    get_peft_model(copy.deepcopy(tiny_llama), LrsConfig(factors=[1.0, 1.3, 1.8])).save_pretrained(tmp_path / "ad")
     return tmp_path / "ad"
 
 
@@ -195,14 +189,14 @@ def test_export_to_an_unwritable_place_is_one_line(model_dir, adapter_dir, tmp_p
     one_line_error(capsys, main(_export_args(model_dir, adapter_dir, tmp_path / "file" / "out")), "is a file")
 
 
-def test_disk_full_during_export_leaves_nothing(base, adapter_dir, tmp_path, monkeypatch):
+def test_disk_full_during_export_leaves_nothing(tiny_llama, adapter_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(bake, "write_code", enospc)
     with pytest.raises(staging.ExportError, match="No space left.*nothing was written"):
-        bake.export_model(base, adapter_dir, tmp_path / "out", verify=False)
+        bake.export_model(tiny_llama, adapter_dir, tmp_path / "out", verify=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
 
 
-def test_sigterm_during_export_is_handled_like_ctrl_c(base, adapter_dir, tmp_path, monkeypatch):
+def test_sigterm_during_export_is_handled_like_ctrl_c(tiny_llama, adapter_dir, tmp_path, monkeypatch):
     def terminated_while_verifying(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         raise AssertionError("SIGTERM should have interrupted the export")
@@ -210,7 +204,7 @@ def test_sigterm_during_export_is_handled_like_ctrl_c(base, adapter_dir, tmp_pat
     monkeypatch.setattr(bake, "verify_export", terminated_while_verifying)
     previous = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt):
-        bake.export_model(base, adapter_dir, tmp_path / "out")
+        bake.export_model(tiny_llama, adapter_dir, tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
     assert signal.getsignal(signal.SIGTERM) == previous
 
@@ -226,7 +220,7 @@ def test_sigterm_during_cli_export_exits_130_and_leaves_nothing(model_dir, adapt
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ad"]
 
 
-def test_next_export_removes_the_temporaries_of_a_killed_one(base, adapter_dir, tmp_path):
+def test_next_export_removes_the_temporaries_of_a_killed_one(tiny_llama, adapter_dir, tmp_path):
     out = tmp_path / "out"
     finished = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(finished.stdout)
@@ -237,7 +231,7 @@ def test_next_export_removes_the_temporaries_of_a_killed_one(base, adapter_dir, 
     alive = staging.make_temporary(out)  # this process: still running, kept
     foreign = tmp_path / f".{out.name}.tmp-notours"  # no owner mark: not ours, kept
     foreign.mkdir()
-    bake.export_model(base, adapter_dir, out, verify=False)
+    bake.export_model(tiny_llama, adapter_dir, out, verify=False)
     assert not stale.exists() and alive.exists() and foreign.exists()
     assert staging.OWNER_FILE not in {p.name for p in out.iterdir()}
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import save_model_folder, tiny_model
+from testkit.tiny_models import tiny_model
 
 from rope_adapter import LrsConfig
 from rope_adapter.cli import main
@@ -133,8 +133,8 @@ def test_shares_with_an_adapter():
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_model_folder(tiny_model("llama", num_layers=3), tmp_path_factory.mktemp("tiny-llama"))
+def tiny_llama_layers():
+    return 3
 
 
 def test_cli_analyze(model_dir, tmp_path):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import byte_tokenizer, save_model_folder, tiny_model
+from testkit.tiny_models import byte_tokenizer, tiny_model
 
 import rope_adapter
 from rope_adapter import AdapterMismatchError, LrsConfig
@@ -48,13 +48,8 @@ WORDS = (
 
 
 @pytest.fixture(scope="module")
-def model():
-    return tiny_model("llama", num_layers=LAYERS)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, model):
-    return save_model_folder(model, tmp_path_factory.mktemp("tiny-llama"))
+def tiny_llama_layers():
+    return LAYERS
 
 
 @pytest.fixture(scope="module")
@@ -121,66 +116,72 @@ def test_bad_variants(spec, message):
         parse_variants(spec)
 
 
-def test_shared_weight_copy_shares_parameters(model):
-    copy = shared_weight_copy(model)
-    assert all(a is b for a, b in zip(model.parameters(), copy.parameters(), strict=True))
-    assert copy.config is not model.config
+def test_shared_weight_copy_shares_parameters(tiny_llama):
+    copy = shared_weight_copy(tiny_llama)
+    assert all(a is b for a, b in zip(tiny_llama.parameters(), copy.parameters(), strict=True))
+    assert copy.config is not tiny_llama.config
 
 
-def test_variants_leave_the_base_untouched_and_mean_what_they_say(model):
+def test_variants_leave_the_base_untouched_and_mean_what_they_say(tiny_llama):
     ids = torch.randint(3, 250, (1, 120))
     with torch.inference_mode():
-        ref = model(ids).logits
+        ref = tiny_llama(ids).logits
     variants = parse_variants("base,uniform:1,uniform:2,linear:2,linear:2+uniform:1.5,linear:3")
-    plans = check_variants(variants, model.config)
+    plans = check_variants(variants, tiny_llama.config)
     logits = {}
     for v in variants:
-        with build_variant(model, v, plans.get(v.name)) as built, torch.inference_mode():
+        with build_variant(tiny_llama, v, plans.get(v.name)) as built, torch.inference_mode():
             logits[v.name] = built(ids).logits
     assert torch.equal(logits["base"], ref) and torch.equal(logits["uniform:1"], ref)
     assert torch.allclose(logits["uniform:2"], logits["linear:2"], atol=1e-5)  # uniform s == linear s
     assert torch.allclose(logits["linear:2+uniform:1.5"], logits["linear:3"], atol=1e-5)  # stacked: f * s
     assert not torch.allclose(logits["linear:2"], ref, atol=1e-3)
     with torch.inference_mode():
-        assert torch.equal(model(ids).logits, ref)  # the base model was never changed
-    assert model.config.rope_parameters["rope_type"] == "default"
-    assert rope_adapter.count_layer_hooks(model) == 0
+        assert torch.equal(tiny_llama(ids).logits, ref)  # the base model was never changed
+    assert tiny_llama.config.rope_parameters["rope_type"] == "default"
+    assert rope_adapter.count_layer_hooks(tiny_llama) == 0
 
 
-def test_adapter_plans(model, adapter_dir, tmp_path):
+def test_adapter_plans(tiny_llama, adapter_dir, tmp_path):
     variants = parse_variants(f"adapter:{adapter_dir},linear:2+adapter:{adapter_dir}")
-    plans = check_variants(variants, model.config)
+    plans = check_variants(variants, tiny_llama.config)
     plain, combined = (plans[v.name] for v in variants)
     assert plain.load_as_saved and not combined.load_as_saved
     assert combined.factors == pytest.approx([1.0, 1.3, 1.8])
-    with build_variant(model, variants[1], combined) as built:
+    with build_variant(tiny_llama, variants[1], combined) as built:
         assert rope_adapter.get_factors(built) == pytest.approx([1.0, 1.3, 1.8])
         assert built.config.rope_parameters["rope_type"] == "linear"
     # an adapter for another base: other layer count, other RoPE settings
     other = tmp_path / "other"
     get_peft_model(tiny_model("llama", num_layers=2), LrsConfig(factors=1.2)).save_pretrained(other)
     with pytest.raises(AdapterMismatchError, match="made for a model with 2 decoder layers, this llama model has 3"):
-        check_variants(parse_variants(f"adapter:{other}"), model.config)
+        check_variants(parse_variants(f"adapter:{other}"), tiny_llama.config)
     yarn_made = tmp_path / "yarn"
-    with build_variant(model, parse_variants("yarn:4")[0]) as yarn_model:
+    with build_variant(tiny_llama, parse_variants("yarn:4")[0]) as yarn_model:
         get_peft_model(yarn_model, LrsConfig(factors=1.1)).save_pretrained(yarn_made)
     with pytest.raises(AdapterMismatchError, match="RoPE settings"):
-        check_variants(parse_variants(f"adapter:{yarn_made}"), model.config)
+        check_variants(parse_variants(f"adapter:{yarn_made}"), tiny_llama.config)
     with pytest.raises(AdapterMismatchError, match="RoPE settings"):
-        check_variants(parse_variants(f"linear:2+adapter:{yarn_made}"), model.config)
-    assert check_variants(parse_variants(f"yarn:4+adapter:{yarn_made}"), model.config)  # made for this one
+        check_variants(parse_variants(f"linear:2+adapter:{yarn_made}"), tiny_llama.config)
+    assert check_variants(parse_variants(f"yarn:4+adapter:{yarn_made}"), tiny_llama.config)  # made for this one
 
 
 # ---------------------------------------------------------------------------------------------------- positions
 
 
 @pytest.fixture(scope="module")
-def position_result(model, tmp_path_factory):
+def position_result(tiny_llama, tmp_path_factory):
     tokenizer = byte_tokenizer()
     task, samples = ev.make_task_samples("kv_retrieval", num_samples=3, num_pairs=4, positions=[0, 1, 3])
     variants = parse_variants("base,same=uniform:1,uniform:1.5")
     result = ev.evaluate_positions(
-        model, tokenizer, task, samples, variants, plans=check_variants(variants, model.config), progress=False
+        tiny_llama,
+        tokenizer,
+        task,
+        samples,
+        variants,
+        plans=check_variants(variants, tiny_llama.config),
+        progress=False,
     )
     out = tmp_path_factory.mktemp("eval")
     return result, result.write(out), out
@@ -263,23 +264,23 @@ def test_chunked_logprobs_equal_full_logits(arch):
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
 
 
-def test_extrapolation_at_4x_positions_keeps_bounded_logits(model, adapter_dir, text_file, tmp_path):
-    max_positions = model.config.max_position_embeddings
+def test_extrapolation_at_4x_positions_keeps_bounded_logits(tiny_llama, adapter_dir, text_file, tmp_path):
+    max_positions = tiny_llama.config.max_position_embeddings
     lengths = [max_positions, 4 * max_positions]
     windows = length_windows(text_file, byte_tokenizer(), lengths, num_windows=2)
     assert [len(w) for w in windows[4 * max_positions]] == [4 * max_positions] * 2
     rows_seen: list[int] = []
-    head = model.get_output_embeddings()
+    head = tiny_llama.get_output_embeddings()
     hook = head.register_forward_hook(lambda mod, inp, out: rows_seen.append(out.shape[0] * out.shape[1]))
     try:
         variants = parse_variants(
             f"base,linear:4,dynamic:4,linear:4+adapter:{adapter_dir},dynamic:4+adapter:{adapter_dir}"
         )
         result = evaluate_lengths(
-            model,
+            tiny_llama,
             windows,
             variants,
-            plans=check_variants(variants, model.config),
+            plans=check_variants(variants, tiny_llama.config),
             chunk_tokens=256,
             batch_size=4,
             max_batch_tokens=2 * max_positions,

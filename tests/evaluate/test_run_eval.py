@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from testkit.tiny_models import save_model_folder, tiny_model
 
 from rope_adapter.cli import main
 from rope_adapter.evaluate import EvalError, EvalSettings, run_eval
@@ -17,8 +16,8 @@ from rope_adapter.scoring.results_table import t_difference
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_model_folder(tiny_model("llama", num_layers=2), tmp_path_factory.mktemp("tiny-llama"))
+def tiny_llama_layers():
+    return 2
 
 
 @pytest.mark.parametrize(
