@@ -43,6 +43,7 @@ def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
     """Seconds of one trial's scoring vs the forward passes it needs (see the module docstring)."""
     import numpy as np
 
+    from rope_adapter.scoring import prefix_cache
     from rope_adapter.scoring import shared_prefix as scoring
     from rope_adapter.search.worker import make_worker
 
@@ -83,26 +84,30 @@ def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
 
     # where a trial's time goes: wrap the scoring module's three steps for one more trial
     spent = {"prefix_passes": 0.0, "continuation_passes": 0.0, "cache_selection": 0.0}
-    steps = {"_prefix_pass": "prefix_passes", "_score_chunk": "continuation_passes", "_select_cache": "cache_selection"}
-    originals = {name: getattr(scoring, name) for name in steps}
+    steps = {
+        (scoring, "prefix_pass"): "prefix_passes",
+        (scoring, "_score_chunk"): "continuation_passes",
+        (prefix_cache, "_select_cache"): "cache_selection",
+    }
+    originals = {step: getattr(*step) for step in steps}
 
-    def timed(name: str):
+    def timed(step: tuple):
         def wrapper(*args, **kwargs):
             start = time.perf_counter()
             try:
-                return originals[name](*args, **kwargs)
+                return originals[step](*args, **kwargs)
             finally:
-                spent[steps[name]] += time.perf_counter() - start
+                spent[steps[step]] += time.perf_counter() - start
 
         return wrapper
 
     try:
-        for name in steps:
-            setattr(scoring, name, timed(name))
+        for step in steps:
+            setattr(*step, timed(step))
         profiled = evaluator.score(factors, task).seconds
     finally:
-        for name, fn in originals.items():
-            setattr(scoring, name, fn)
+        for (module, name), fn in originals.items():
+            setattr(module, name, fn)
     trial, bare = min(trial_times), min(scoring_times)
     return {
         "trial_seconds": trial,

@@ -94,7 +94,7 @@ def _race_reference(study: Any, num_samples: int, baselines_only: bool = False) 
     """The fully scored trial with the best mean so far (its stored trial info and number), or None;
     ``baselines_only``: among the baselines (the unscaled model and uniform factors)."""
     best = None
-    for t in _complete_trials(study):
+    for t in complete_trials(study):
         if baselines_only and t.user_attrs.get(BASELINE_ATTR) is None:
             continue
         info = t.user_attrs.get(TRIAL_ATTR) or {}
@@ -228,11 +228,12 @@ def make_sampler(worker: Worker, existing_trials: int) -> tuple[Any, int]:
     return build_sampler(settings.sampler, seed=seed, population=settings.population), seed
 
 
-def _complete_trials(study: Any) -> list[Any]:
+def complete_trials(study: Any) -> list[Any]:
+    """The study's finished (COMPLETE) trials."""
     return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
-class _Progress:
+class TrialProgress:
     """A tqdm bar over finished trials with the best scores so far (feasible, evaluated trials)."""
 
     def __init__(self, enabled: bool, total: int | None, done: int, names: Sequence[str]) -> None:
@@ -242,7 +243,7 @@ class _Progress:
         self.names = list(names)
 
     def __call__(self, study: Any, trial: Any) -> None:
-        trials = _complete_trials(study)
+        trials = complete_trials(study)
         self.bar.n = len(trials)
         best: dict[str, float] = {}
         evaluated = 0
@@ -311,7 +312,7 @@ class _BudgetStop:
 
 
 def run_worker(
-    worker: Worker, storage: Any, deadline: float | None, progress: _Progress | None = None
+    worker: Worker, storage: Any, deadline: float | None, progress: TrialProgress | None = None
 ) -> dict[str, Any]:
     """Run trials until the study holds ``trials`` finished ones, the timeout passes or the budget says stop."""
     settings = worker.settings
@@ -320,7 +321,7 @@ def run_worker(
         existing = len(probe.get_trials(deepcopy=False))
         sampler, seed = make_sampler(worker, existing)
         study = optuna.load_study(study_name=settings.study.name, storage=storage, sampler=sampler)
-        done = len(_complete_trials(study))
+        done = len(complete_trials(study))
         callbacks: list[Callable] = []
         if settings.trials is not None:
             if done >= settings.trials:
@@ -369,10 +370,10 @@ def run_worker(
                     "worker's result for it is dropped and it goes on (raise --heartbeat to avoid this)",
                     worker.name,
                 )
-        return {"seed": seed, "ran": len(_complete_trials(study)) - before}
+        return {"seed": seed, "ran": len(complete_trials(study)) - before}
 
 
-def _worker_entry(
+def worker_entry(
     settings: SearchSettings, index: int, ready: Any, go: Any, errors: Any, deadline: float | None
 ) -> None:
     """Entry point of a spawned worker process."""

@@ -17,16 +17,16 @@ import torch
 from tqdm.auto import tqdm
 
 from .logprobs import mean_by_position
-from .shared_prefix import (
-    TokenizedTask,
-    _cache_of,
-    _chunks,
-    _continuation_inputs,
-    _group_batches,
-    _has_sliding_layers,
-    _prefix_pass,
-    _PrefixState,
+from .prefix_cache import (
+    PrefixState,
+    cache_of,
+    continuation_pass,
+    group_batches,
+    has_sliding_layers,
+    prefix_pass,
+    token_chunks,
 )
+from .shared_prefix import TokenizedTask
 from .tasks.base import Sample
 
 Judge = Callable[[str, Sample], bool]
@@ -72,18 +72,18 @@ def greedy_generate(
     if steps < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {steps}")
     generated: list[list[int] | None] = [None] * len(task)
-    batches = _group_batches(task.generate_groups, batch_size)
+    batches = group_batches(task.generate_groups, batch_size)
     for batch in tqdm(batches, desc="greedy", disable=not progress):
-        state = _prefix_pass(model, [task.prompt_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
+        state = prefix_pass(model, [task.prompt_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
         items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
         sizes = [len(task.prompt_ids[i]) - shared + steps for _, i, shared in items]
-        if _has_sliding_layers(state.cache):  # no padding inside continuations: chunk equal lengths together
+        if has_sliding_layers(state.cache):  # no padding inside continuations: chunk equal lengths together
             chunks = []
             for length in sorted(set(sizes)):
                 same = [(it, s) for it, s in zip(items, sizes, strict=True) if s == length]
-                chunks += _chunks([it for it, _ in same], [s for _, s in same], max_batch_tokens)
+                chunks += token_chunks([it for it, _ in same], [s for _, s in same], max_batch_tokens)
         else:
-            chunks = _chunks(items, sizes, max_batch_tokens)
+            chunks = token_chunks(items, sizes, max_batch_tokens)
         for chunk in chunks:
             for i, tokens in zip(
                 [i for _, i, _ in chunk], _generate_chunk(model, task, state, chunk, steps), strict=True
@@ -93,15 +93,14 @@ def greedy_generate(
 
 
 def _generate_chunk(
-    model: torch.nn.Module, task: TokenizedTask, state: _PrefixState, chunk: Sequence[tuple[int, int, int]], steps: int
+    model: torch.nn.Module, task: TokenizedTask, state: PrefixState, chunk: Sequence[tuple[int, int, int]], steps: int
 ) -> list[list[int]]:
     conts = [task.prompt_ids[i][shared:] for _, i, shared in chunk]
-    cache, ids, mask, position_ids = _continuation_inputs(state, [row for row, _, _ in chunk], conts, task.pad_token_id)
-    device = ids.device
+    device = state.mask.device
     last = torch.tensor([len(c) - 1 for c in conts], device=device)
     keep = torch.unique(last)
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True, logits_to_keep=keep
+    out, mask, position_ids = continuation_pass(
+        model, state, [row for row, _, _ in chunk], conts, task.pad_token_id, keep
     )
     column = torch.searchsorted(keep, last)
     logits = out.logits[torch.arange(len(conts), device=device), column]
@@ -109,7 +108,7 @@ def _generate_chunk(
     eos = torch.tensor(task.eos_token_ids, dtype=torch.long, device=device)
     finished = torch.zeros(len(conts), dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
-    cache = _cache_of(out)
+    cache = cache_of(out)
     for step in range(steps):
         token = logits.argmax(-1)
         tokens.append(token)
@@ -125,7 +124,7 @@ def _generate_chunk(
             use_cache=True,
             logits_to_keep=1,
         )
-        cache = _cache_of(out)
+        cache = cache_of(out)
         logits = out.logits[:, -1]
         next_pos = next_pos + 1
     result = []

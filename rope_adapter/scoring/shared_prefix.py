@@ -10,7 +10,8 @@ Built for a search that scores the same samples hundreds of times with different
   tokens (query + target) run against it in one batch.
 - Batching: several groups (record sets) go through the prefix pass together, left-padded, with explicit
   ``position_ids`` so padding never shifts RoPE positions. Continuations are right-padded, so padding sits after
-  every real token and cannot be attended to.
+  every real token and cannot be attended to. The forward passes are :mod:`rope_adapter.scoring.prefix_cache`'s,
+  which greedy generation shares.
 
 Token boundaries: the shared tokens of a group are the longest common prefix of its members' tokenised full
 strings (``prefix + query + target``), capped where the first target starts. Each continuation is the rest of
@@ -28,7 +29,6 @@ Greedy decoding lives in :mod:`rope_adapter.scoring.generation`, the choice of k
 
 from __future__ import annotations
 
-import copy
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .logprobs import TokenLogprobs, token_margins
+from .prefix_cache import PrefixState, continuation_pass, group_batches, model_device, prefix_pass, token_chunks
 from .tasks.base import Sample, apply_chat_template
 
 # --------------------------------------------------------------------------------------------------------------
@@ -217,102 +218,6 @@ def prepare(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# forward-pass machinery
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _cache_of(output: Any) -> Any:
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else output.past_key_values
-
-
-def _select_cache(cache: Any, index: torch.Tensor) -> Any:
-    """A new cache holding rows ``index`` of ``cache`` (which stays untouched)."""
-    new = copy.copy(cache)
-    new.layers = []
-    for layer in cache.layers:
-        layer_copy = copy.copy(layer)
-        layer_copy.batch_select_indices(index)
-        new.layers.append(layer_copy)
-    return new
-
-
-def _has_sliding_layers(cache: Any) -> bool:
-    return any(getattr(layer, "is_sliding", False) for layer in cache.layers)
-
-
-@dataclass
-class _PrefixState:
-    cache: Any
-    mask: torch.Tensor  # [G, P] long, left padding
-    lengths: torch.Tensor  # [G] long, real tokens per row
-    last_logprobs: torch.Tensor  # [G, V] float32 log-softmax of the last prefix position
-
-
-def _prefix_pass(model: torch.nn.Module, seqs: Sequence[Sequence[int]], pad_id: int) -> _PrefixState:
-    device = _device(model)
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        ids[row, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-        mask[row, width - len(seq) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True, logits_to_keep=1)
-    return _PrefixState(
-        cache=_cache_of(out),
-        mask=mask,
-        lengths=mask.sum(-1),
-        last_logprobs=out.logits[:, -1, :].float().log_softmax(-1),
-    )
-
-
-def _continuation_inputs(
-    state: _PrefixState, rows: Sequence[int], conts: Sequence[Sequence[int]], pad_id: int
-) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cache rows, right-padded continuation ids, the full attention mask and position ids."""
-    device = state.mask.device
-    index = torch.tensor(rows, dtype=torch.long, device=device)
-    width = max(len(c) for c in conts)
-    ids = torch.full((len(conts), width), pad_id, dtype=torch.long)
-    cmask = torch.zeros((len(conts), width), dtype=torch.long)
-    for r, cont in enumerate(conts):
-        ids[r, : len(cont)] = torch.tensor(cont, dtype=torch.long)
-        cmask[r, : len(cont)] = 1
-    ids, cmask = ids.to(device), cmask.to(device)
-    mask = torch.cat([state.mask.index_select(0, index), cmask], dim=1)
-    position_ids = state.lengths.index_select(0, index)[:, None] + torch.arange(width, device=device)[None, :]
-    return _select_cache(state.cache, index), ids, mask, position_ids
-
-
-def _chunks(items: list, sizes: Sequence[int], max_tokens: int) -> list[list]:
-    """Split items (with their token counts) into chunks whose padded size stays within ``max_tokens``."""
-    chunks: list[list] = []
-    current: list = []
-    longest = 0
-    for item, size in zip(items, sizes, strict=True):
-        if current and max(longest, size) * (len(current) + 1) > max_tokens:
-            chunks.append(current)
-            current, longest = [], 0
-        current.append(item)
-        longest = max(longest, size)
-    if current:
-        chunks.append(current)
-    return chunks
-
-
-def _group_batches(groups: Sequence[PrefixGroup], batch_size: int) -> list[list[PrefixGroup]]:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return [list(groups[i : i + batch_size]) for i in range(0, len(groups), batch_size)]
-
-
-# --------------------------------------------------------------------------------------------------------------
 # teacher-forced gold log-probabilities
 # --------------------------------------------------------------------------------------------------------------
 
@@ -347,12 +252,12 @@ def token_logprobs(
     values: list[np.ndarray | None] = [None] * len(task.full_ids)
     greedy: list[np.ndarray | None] = [None] * len(task.full_ids)
     margins: list[np.ndarray | None] = [None] * len(task.full_ids)
-    batches = _group_batches(task.logprob_groups, batch_size)
+    batches = group_batches(task.logprob_groups, batch_size)
     for batch in tqdm(batches, desc="gold log-prob", disable=not progress):
-        state = _prefix_pass(model, [task.full_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
+        state = prefix_pass(model, [task.full_ids[g.members[0]][: g.shared] for g in batch], task.pad_token_id)
         items = [(row, i, g.shared) for row, g in enumerate(batch) for i in g.members]
         sizes = [len(task.full_ids[i]) - shared for _, i, shared in items]
-        for chunk in _chunks(items, sizes, max_batch_tokens):
+        for chunk in token_chunks(items, sizes, max_batch_tokens):
             _score_chunk(model, task, state, chunk, values, greedy, margins)
     if any(v is None for v in values):
         raise RuntimeError("internal error: a sample was not scored")
@@ -380,7 +285,7 @@ def _collapse_forms(task: TokenizedTask, values: list, greedy: list, margins: li
 def _score_chunk(
     model: torch.nn.Module,
     task: TokenizedTask,
-    state: _PrefixState,
+    state: PrefixState,
     chunk: Sequence[tuple[int, int, int]],
     values: list[np.ndarray | None],
     greedy: list[np.ndarray | None],
@@ -393,18 +298,8 @@ def _score_chunk(
     hi = max(len(c) - 2 for c in conts)
     logprobs = None
     if hi >= lo:
-        cache, ids, mask, position_ids = _continuation_inputs(
-            state, [row for row, _, _ in chunk], conts, task.pad_token_id
-        )
-        keep = torch.arange(lo, hi + 1, device=ids.device)
-        out = model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=position_ids,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=keep,
-        )
+        keep = torch.arange(lo, hi + 1, device=state.mask.device)
+        out, _, _ = continuation_pass(model, state, [row for row, _, _ in chunk], conts, task.pad_token_id, keep)
         logprobs = out.logits.float().log_softmax(-1)
     for r, ((row, i, _), cont, offset) in enumerate(zip(chunk, conts, offsets, strict=True)):
         scores, hits, gaps = [], [], []
@@ -427,7 +322,7 @@ def _score_chunk(
 
 
 def _token_logprobs_separate(model: torch.nn.Module, task: TokenizedTask, progress: bool) -> TokenLogprobs:
-    device = _device(model)
+    device = model_device(model)
     values, greedy, margins = [], [], []
     for i in tqdm(range(len(task.full_ids)), desc="gold log-prob (separate)", disable=not progress):
         ids = torch.tensor([task.full_ids[i]], device=device)
