@@ -10,7 +10,6 @@ an ``eval`` ``results.json`` placed in the folder carries (no other key of that 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from rope_adapter.errors import LrsError
 from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
 from rope_adapter.export.staging import ExportError
 from rope_adapter.provenance import Provenance
-from rope_adapter.records import check_record
+from rope_adapter.records import check_record, read_json
 from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [
@@ -80,9 +79,9 @@ class FolderInfo:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CardError(f"{path}: cannot read it as JSON ({exc})") from None
+        data = read_json(path)
+    except ValueError as exc:  # a RecordFileError naming the file
+        raise CardError(str(exc)) from None
     if not isinstance(data, dict):
         raise CardError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
@@ -239,7 +238,7 @@ MODEL_FILES = frozenset(
 def _auto_map_modules(folder: Path) -> set[str]:
     """The ``*.py`` files an exported config's ``auto_map`` names (``"modeling_x.Class"`` -> ``modeling_x.py``)."""
     try:
-        auto_map = json.loads((folder / MODEL_CONFIG).read_text(encoding="utf-8")).get("auto_map") or {}
+        auto_map = read_json(folder / MODEL_CONFIG).get("auto_map") or {}
     except (OSError, ValueError, AttributeError):
         return set()
     refs = [r for v in auto_map.values() for r in (v if isinstance(v, list) else [v]) if isinstance(r, str)]
@@ -315,7 +314,7 @@ def public_base_model(name: str | None) -> str | None:
     path = Path(name).expanduser()
     if path.is_dir():
         try:
-            recorded = json.loads((path / MODEL_CONFIG).read_text(encoding="utf-8")).get("_name_or_path")
+            recorded = read_json(path / MODEL_CONFIG).get("_name_or_path")
         except (OSError, ValueError, AttributeError):
             recorded = None
         if isinstance(recorded, str) and recorded != name and not Path(recorded).expanduser().exists():

@@ -11,7 +11,6 @@ failure becomes one :class:`HubPublishError` line without it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -29,6 +28,7 @@ from huggingface_hub.errors import (
 
 from rope_adapter.errors import LrsError
 from rope_adapter.files import dumps_json
+from rope_adapter.records import read_json
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME
 
 from .card import render_card
@@ -142,7 +142,7 @@ def publishable_files(info: FolderInfo) -> dict[str, str | bytes]:
         out[name] = str(path)
         if name in PUBLIC_JSON_FILES:
             try:
-                data = json.loads(path.read_text(encoding="utf-8"))
+                data = read_json(path)
             except (OSError, ValueError):
                 continue  # not JSON after all: uploaded unchanged
             public = public_json(data)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import rope_adapter
 from rope_adapter import LrsError
+from rope_adapter.records import read_json
 from rope_adapter.standalone import unwrap_rope_parameters
 
 from .plan import CUSTOM_CODE, NATIVE
@@ -27,16 +27,16 @@ def read_exported_factors(folder: str | os.PathLike) -> dict[str, Any]:
     folder = Path(folder)
     config_file = folder / "config.json"
     try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as exc:
-        raise ExportError(f"cannot read {config_file}: {exc}") from exc
+        config = read_json(config_file, dict[str, Any])
+    except ValueError as exc:  # a RecordFileError naming the file
+        raise ExportError(str(exc)) from exc
     sidecar_file = folder / SIDECAR_NAME
     sidecar: dict[str, Any] = {}
     if sidecar_file.is_file():
         try:
-            sidecar = json.loads(sidecar_file.read_text())
-        except ValueError as exc:
-            raise ExportError(f"{sidecar_file} is not valid JSON ({exc})") from exc
+            sidecar = read_json(sidecar_file, dict[str, Any])
+        except ValueError as exc:  # a RecordFileError naming the file
+            raise ExportError(str(exc)) from exc
     if "lrs_factors" in config:
         factors = config["lrs_factors"]
         if sidecar.get("factors") is not None and sidecar["factors"] != factors:

@@ -11,10 +11,11 @@ JSON files only.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
+
+from rope_adapter.records import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +65,9 @@ def vllm_lengths(config: dict[str, Any], tokenizer_config: dict[str, Any] | None
 def note_vllm_length(folder: Path) -> dict[str, Any] | None:
     """For a folder vLLM serves shorter than its full length: log what vLLM will do and return the note for
     ``lrs_export.json`` (else None). Writes nothing."""
-    config = json.loads((folder / "config.json").read_text())
+    config = read_json(folder / "config.json", dict)
     tokenizer_path = folder / "tokenizer_config.json"
-    tokenizer_config = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
+    tokenizer_config = read_json(tokenizer_path, dict) if tokenizer_path.is_file() else None
     lengths = vllm_lengths(config, tokenizer_config)
     if lengths is None or lengths[1] >= lengths[0]:
         return None

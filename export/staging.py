@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import math
 import os
 import shutil
@@ -28,6 +27,7 @@ from huggingface_hub.serialization._base import parse_size_to_int
 from rope_adapter import files
 from rope_adapter.errors import LrsError
 from rope_adapter.numbers import as_int, as_real
+from rope_adapter.records import read_json
 
 
 class ExportError(LrsError):
@@ -78,7 +78,7 @@ def remove_stale_temporaries(out: Path) -> list[Path]:
         return removed
     for item in out.parent.glob(temporary_prefix(out) + "*"):
         try:
-            owner = json.loads((item / OWNER_FILE).read_text())
+            owner = read_json(item / OWNER_FILE)
             pid, host = int(owner["pid"]), str(owner["host"])
         except (OSError, ValueError, KeyError, TypeError):
             continue  # not ours, or not readable: leave it

@@ -3,18 +3,19 @@ logits are compared with the adapter model's on a fixed probe."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 from peft import PeftModel
 from transformers import PreTrainedModel
 
 from rope_adapter import files
+from rope_adapter.records import read_json
 
 from .staging import ExportVerificationError, die_with_parent
 
@@ -62,7 +63,7 @@ def verify_export(
     1e-4 for float32 models, 1e-2 for half precision) or the folder does not load.
     """
     folder = Path(folder)
-    config = json.loads((folder / "config.json").read_text())
+    config = read_json(folder / "config.json", dict[str, Any])
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     dtype = base.dtype
     if atol is None:
@@ -106,7 +107,7 @@ def verify_export(
             tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
             raise ExportVerificationError(f"the exported folder {folder} does not load in a fresh process:\n{tail}")
         got = torch.load(Path(work, "logits.pt")).float()
-        loaded_class = json.loads(Path(work, "result.json").read_text())["class"]
+        loaded_class = read_json(Path(work, "result.json"), dict[str, str])["class"]
     if got.shape != expected.shape:
         raise ExportVerificationError(
             f"the exported folder gives logits of shape {list(got.shape)}, the adapter {list(expected.shape)}"

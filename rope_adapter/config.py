@@ -3,7 +3,6 @@ the readers that check an adapter folder's two files against it."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,12 +15,13 @@ from safetensors.torch import load_file
 from transformers.utils import cached_file
 
 from . import files
-from .errors import AdapterFileError, InvalidFactorsError
+from .errors import AdapterFileError, InvalidFactorsError, RecordFileError
 from .factors import check_factors_tensor, validate_factors
 from .files import dumps_json
 from .json_types import JsonObject
 from .numbers import as_int, is_scalar
 from .peft_type import LRS_PEFT_TYPE
+from .records import read_json
 from .rope_settings import RopeSettings
 from .saving import commit_staged_weights, discard_staged_weights
 
@@ -169,7 +169,7 @@ def check_resolved(config: LrsConfig, where: str) -> list[float]:
 def _listed_factors(folder: Path) -> Any:
     """The ``factors`` entry of ``folder/adapter_config.json`` as written (None when unreadable)."""
     try:
-        return json.loads((folder / "adapter_config.json").read_text(encoding="utf-8")).get("factors")
+        return read_json(folder / "adapter_config.json").get("factors")
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -222,9 +222,9 @@ def load_lrs_config(path_or_repo: str | os.PathLike, **hub_kwargs: Any) -> LrsCo
     """Read and validate an LRS adapter's ``adapter_config.json`` (local folder or Hub repo id)."""
     file = _adapter_file(path_or_repo, CONFIG_NAME, **hub_kwargs)
     try:
-        raw = json.loads(file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as exc:
-        raise AdapterFileError(f"{file} is not valid JSON ({exc}); re-save the adapter with save_pretrained()") from exc
+        raw = read_json(file)
+    except RecordFileError as exc:
+        raise AdapterFileError(f"{exc}; re-save the adapter with save_pretrained()") from exc
     if not isinstance(raw, dict):
         raise AdapterFileError(
             f"{file} must hold a JSON object, found {type(raw).__name__}; re-save the adapter with save_pretrained()"

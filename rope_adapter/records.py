@@ -5,6 +5,9 @@ not written by rope-adapter's strict writer, :func:`rope_adapter.files.dumps_jso
 its record with :func:`check_record`: the keys a record requires, and the type of every key it names (keys it does
 not name are kept, as readers show them as they are). Every problem is one
 :class:`~rope_adapter.errors.RecordFileError` naming the file and the field.
+
+A file an older version wrote may lack fields added since: its reader names them (``missing_ok``, field paths
+such as ``"study.racing"``), and they may be missing; nothing else is relaxed.
 """
 
 from __future__ import annotations
@@ -13,39 +16,49 @@ import json
 import os
 import types
 import typing
+from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .errors import RecordFileError
 from .files import dumps_json
 
-__all__ = ["check_record", "loads_json", "read_json"]
+__all__ = ["check_record", "loads_json", "read_json", "refuse_constant"]
 
 
-def _refuse_constant(name: str) -> Any:
+def refuse_constant(name: str) -> Any:
+    """``parse_constant`` of :func:`json.loads`: ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON (a
+    ``ValueError``). For JSON a user types on the command line; files are read with :func:`read_json`."""
     raise ValueError(f"{name} is not JSON")
 
 
-def loads_json(text: str, where: str | os.PathLike[str], record: Any = None, *, null_numbers: bool = False) -> Any:
+def loads_json(
+    text: str, where: str | os.PathLike[str], record: Any = None, *, null_numbers: bool = False,
+    missing_ok: Collection[str] = (), field: str = "",
+) -> Any:  # fmt: skip
     """Parse ``text`` as strict JSON (no ``NaN``/``Infinity``) and check it against ``record`` (a TypedDict or a
     type such as ``dict[str, Any]``; None checks nothing). ``null_numbers``: a ``float`` field may be null (the
-    writer stores a non-finite number as null)."""
+    writer stores a non-finite number as null); ``missing_ok``: fields an older writer did not write; ``field``:
+    where ``text`` sits in the file (``"line 3"`` of a JSON-lines file), the start of every field path."""
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=refuse_constant)
     except ValueError as exc:
-        raise RecordFileError(os.fspath(where), "", f"is not valid JSON ({exc})") from exc
+        raise RecordFileError(os.fspath(where), field, f"is not valid JSON ({exc})") from exc
     if record is not None:
-        check_record(value, record, where, null_numbers=null_numbers)
+        check_record(value, record, where, field, null_numbers=null_numbers, missing_ok=missing_ok)
     return value
 
 
-def read_json(path: str | os.PathLike[str], record: Any = None, *, null_numbers: bool = False) -> Any:
+def read_json(
+    path: str | os.PathLike[str], record: Any = None, *, null_numbers: bool = False, missing_ok: Collection[str] = ()
+) -> Any:
     """Read ``path`` with :func:`loads_json`; an unreadable file is a :class:`RecordFileError` too."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RecordFileError(os.fspath(path), "", f"cannot be read ({exc})") from exc
-    return loads_json(text, path, record, null_numbers=null_numbers)
+    return loads_json(text, path, record, null_numbers=null_numbers, missing_ok=missing_ok)
 
 
 def _is_typed_dict(tp: Any) -> bool:
@@ -61,16 +74,23 @@ def _describe(value: Any) -> str:
     return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
 
 
+@dataclass(frozen=True)
+class _Rules:
+    null_numbers: bool
+    missing_ok: frozenset[str]
+
+
 def check_record(
-    value: Any, record: Any, where: str | os.PathLike[str], field: str = "", *, null_numbers: bool = False
-) -> None:
+    value: Any, record: Any, where: str | os.PathLike[str], field: str = "", *, null_numbers: bool = False,
+    missing_ok: Collection[str] = (),
+) -> None:  # fmt: skip
     """Raise :class:`RecordFileError` (``where``, the field's path) unless ``value`` matches ``record``."""
-    problem = _mismatch(value, record, field, null_numbers)
+    problem = _mismatch(value, record, field, _Rules(null_numbers, frozenset(missing_ok)))
     if problem is not None:
         raise RecordFileError(os.fspath(where), problem[0], problem[1])
 
 
-def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str, str] | None:
+def _mismatch(value: Any, tp: Any, field: str, rules: _Rules) -> tuple[str, str] | None:
     """(field path, problem) of the first place ``value`` does not match ``tp``, or None."""
     if tp is Any or tp is object:
         return None
@@ -79,8 +99,8 @@ def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str,
         options = get_args(tp)
         others = [o for o in options if o is not type(None)]
         if value is not None and len(others) == 1:  # an optional field: the problem of its one type
-            return _mismatch(value, others[0], field, null_numbers)
-        if all(_mismatch(value, option, field, null_numbers) for option in options):
+            return _mismatch(value, others[0], field, rules)
+        if all(_mismatch(value, option, field, rules) for option in options):
             names = " or ".join("null" if o is type(None) else _name(o) for o in options)
             return field, f"must be {names}, found {_describe(value)}"
         return None
@@ -93,11 +113,12 @@ def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str,
             return field, f"must be an object ({tp.__name__}), found {_describe(value)}"
         hints = get_type_hints(tp)
         for key in sorted(tp.__required_keys__):
-            if key not in value:
-                return (f"{field}.{key}" if field else key), "is missing"
+            path = f"{field}.{key}" if field else key
+            if key not in value and path not in rules.missing_ok:
+                return path, "is missing"
         for key, hint in hints.items():
             if key in value:
-                found = _mismatch(value[key], hint, f"{field}.{key}" if field else key, null_numbers)
+                found = _mismatch(value[key], hint, f"{field}.{key}" if field else key, rules)
                 if found:
                     return found
         return None
@@ -107,7 +128,7 @@ def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str,
         args = get_args(tp)
         if args and origin is not tuple:
             for index, item in enumerate(value):
-                found = _mismatch(item, args[0], f"{field}[{index}]", null_numbers)
+                found = _mismatch(item, args[0], f"{field}[{index}]", rules)
                 if found:
                     return found
         return None
@@ -117,14 +138,14 @@ def _mismatch(value: Any, tp: Any, field: str, null_numbers: bool) -> tuple[str,
         args = get_args(tp)
         if args:
             for key, item in value.items():
-                found = _mismatch(item, args[1], f"{field}.{key}" if field else key, null_numbers)
+                found = _mismatch(item, args[1], f"{field}.{key}" if field else key, rules)
                 if found:
                     return found
         return None
     if tp is float:
-        if (value is None and null_numbers) or (isinstance(value, int | float) and not isinstance(value, bool)):
+        if (value is None and rules.null_numbers) or (isinstance(value, int | float) and not isinstance(value, bool)):
             return None
-        return field, f"must be a number{' or null' if null_numbers else ''}, found {_describe(value)}"
+        return field, f"must be a number{' or null' if rules.null_numbers else ''}, found {_describe(value)}"
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return None

@@ -415,3 +415,69 @@ def test_no_json_is_written_without_the_strict_function():
         if isinstance(node, ast.Call) and _call_name(node) in (("json", "dump"), ("json", "dumps"))
     ]
     assert not offenders, offenders
+
+
+# ------------------------------------------------------------------------------------------ one way to read a record
+
+READ_ROOTS = ("rope_adapter", "search", "export")
+"""The installed package (the CLI included). The benchmarks' scripts read their own outputs and are not scanned."""
+
+READ_MODULE = "rope_adapter/records.py"
+
+READS_ALLOWED = {  # (file, function) -> why this JSON parse is not a read of a record through rope_adapter/records.py
+    ("rope_adapter/cli/settings_flags.py", "key_value"): "a user's KEY=VALUE flag, not a file: VALUE is parsed as "
+    "JSON with NaN and Infinity refused (records.refuse_constant), else kept as text",
+    ("search/fingerprint.py", "study_fingerprint"): "the task options round-tripped through the strict writer "
+    "(files.dumps_json) into plain JSON values; no file is read",
+}
+"""export/verify.py's child process (Python source in a string, run with ``python -c``) reads the probe.json its
+parent wrote with ``json.load``: it runs without rope_adapter by design, and the scan does not see into strings."""
+
+
+def _json_reads(path: Path) -> list[tuple[int, str, str]]:
+    """(line, function, what) for every JSON parse in ``path``: json.load(s), json.JSONDecoder, from json import."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    owner = _functions(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "json":
+            if {"load", "loads", "JSONDecoder"} & {a.name for a in node.names}:
+                found.append((node.lineno, owner[node], "from json import load(s)"))
+        elif isinstance(node, ast.Call) and _call_name(node) in (
+            ("json", "load"),
+            ("json", "loads"),
+            ("json", "JSONDecoder"),
+        ):
+            found.append((node.lineno, owner[node], ".".join(_call_name(node))))
+    return found
+
+
+def test_every_json_read_goes_through_the_records_module():
+    """json.load/json.loads take NaN and Infinity and check nothing: every JSON file the package reads goes through
+    rope_adapter/records.py (strict JSON, the typed record, one RecordFileError naming the file and the field). The
+    allowed exceptions say why."""
+    offenders = [
+        f"{rel}:{line} in {function}: {what}"
+        for root in READ_ROOTS
+        for path in sorted((ROOT / root).rglob("*.py"))
+        if (rel := path.relative_to(ROOT).as_posix()) != READ_MODULE
+        for line, function, what in _json_reads(path)
+        if (rel, function) not in READS_ALLOWED
+    ]
+    assert not offenders, "JSON reads that bypass rope_adapter.records:\n" + "\n".join(offenders)
+
+
+def test_the_read_scan_finds_each_kind_of_read(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import json\nfrom json import loads\nfrom rope_adapter.records import read_json\n"
+        "def bad(p):\n    json.loads(p.read_text())\n    json.load(open(p))\n    json.JSONDecoder().decode('1')\n"
+        "def good(p):\n    read_json(p)\n    '''json.loads(text) in a string'''\n"
+    )
+    found = _json_reads(sample)
+    assert [(f, w) for _, f, w in found] == [
+        ("<module>", "from json import load(s)"),
+        ("bad", "json.loads"),
+        ("bad", "json.load"),
+        ("bad", "json.JSONDecoder"),
+    ], found

@@ -6,7 +6,6 @@ sha256 and every file's size) says that it is complete.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -18,6 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils.quantization_config import GgufConfig
 
 from rope_adapter import files
+from rope_adapter.records import read_json
 
 from .cache import TMP_PREFIX, cache_dir, locked, remove_stale_temporaries, say
 from .registry import EmbeddedModel, embedded_spec
@@ -29,7 +29,7 @@ MARKER_FILENAME = "rope_adapter_embedded.json"
 
 def _folder_is_complete(spec: EmbeddedModel, folder: Path) -> bool:
     try:
-        marker = json.loads((folder / MARKER_FILENAME).read_text())
+        marker = read_json(folder / MARKER_FILENAME)
     except (OSError, ValueError):
         return False
     if not isinstance(marker, dict) or marker.get("gguf_sha256") != spec.gguf_sha256:

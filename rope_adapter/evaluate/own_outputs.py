@@ -8,11 +8,11 @@ any file the command would write, without such a record, is refused before any w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rope_adapter.records import read_json
 from rope_adapter.scoring.loading import EvalError
 
 EVAL_OUTPUTS = ("results.json", "results.md", "results_table.json", "positions.png", "lengths.png")
@@ -33,7 +33,7 @@ ANALYSIS_HEADING = "# Analysis of "
 
 def _json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except (OSError, ValueError):
         return None
 

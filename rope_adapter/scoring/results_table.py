@@ -18,7 +18,6 @@ another schema. The table never holds a local path: variants are named by label,
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from typing import Any
 
 from rope_adapter import files
 from rope_adapter.errors import LrsError
+from rope_adapter.records import read_json
 
 from .intervals import CONFIDENCE, difference_from_se, proportion_interval
 
@@ -221,9 +221,9 @@ class ResultsTable:
         if file.is_dir():
             file = file / RESULTS_TABLE_NAME
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ResultsTableError(f"{file}: cannot read it as JSON ({exc})") from None
+            data = read_json(file)
+        except ValueError as exc:  # a RecordFileError naming the file
+            raise ResultsTableError(str(exc)) from None
         if not isinstance(data, dict):
             raise ResultsTableError(f"{file}: expected a JSON object")
         try:

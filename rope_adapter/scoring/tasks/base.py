@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import json
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import Any, ClassVar, TypeVar
 
 from rope_adapter.errors import LrsError
 from rope_adapter.numbers import as_int, as_ints
+from rope_adapter.records import loads_json
 
 R = TypeVar("R")
 
@@ -195,7 +195,8 @@ def read_jsonl(path: str | Path, required_keys: Sequence[str] = (), limit: int |
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: the file is unreadable, empty, not JSON lines, or a line misses a required key.
+        ValueError: the file is unreadable, empty, not JSON lines (a ``RecordFileError`` naming the line, ``NaN``
+            included), or a line misses a required key.
     """
     path = Path(path)
     limit = optional_task_int(limit, "limit", low=0)
@@ -210,10 +211,7 @@ def read_jsonl(path: str | Path, required_keys: Sequence[str] = (), limit: int |
                     break
                 if not line.strip():
                     continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}: line {line_no} is not valid JSON ({err.msg})") from err
+                row = loads_json(line, path, field=f"line {line_no}")  # strict JSON; a RecordFileError names the line
                 if not isinstance(row, dict):
                     raise ValueError(f"{path}: line {line_no} is not a JSON object")
                 missing = [key for key in required_keys if key not in row]
