@@ -28,6 +28,7 @@ from typing import Any
 from rope_adapter.cli import IntListAction, output_path
 from rope_adapter.composed import FlatField, flat_fields, flatten
 from rope_adapter.numbers import cli_float, cli_int
+from rope_adapter.records import refuse_constant
 
 FLAG_KEYS = ("flags", "dest", "type", "action", "nargs", "const", "default", "choices", "metavar", "suffix")
 """Field metadata that shapes a flag (besides ``help``, ``group`` and ``cli``)."""
@@ -39,7 +40,7 @@ def key_value(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     try:
-        parsed = json.loads(value)
+        parsed = json.loads(value, parse_constant=refuse_constant)  # NaN and Infinity are not JSON: kept as text
     except ValueError:
         parsed = value
     return key.strip().replace("-", "_"), parsed
