@@ -55,7 +55,7 @@ from .settings import SearchError, SearchSettings, public_storage, redact_url
 from .storage import check_existing_study, create_or_load_study, resolve_sampler
 from .storage_failures import storage_errors
 from .storage_url import open_storage
-from .trial import _complete_trials, _Progress, _worker_entry, constraint_names, run_worker
+from .trial import TrialProgress, complete_trials, constraint_names, run_worker, worker_entry
 from .worker import (
     Worker,
     check_prompt_lengths,
@@ -187,7 +187,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         for index in range(1, settings.workers):
             ready = context.Event()
             process = context.Process(
-                target=_worker_entry, args=(settings, index, ready, go, errors, deadline), daemon=False
+                target=worker_entry, args=(settings, index, ready, go, errors, deadline), daemon=False
             )
             process.start()
             children.append(process)
@@ -198,8 +198,8 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         go.set()
 
     with quiet_optuna():
-        done_before = len(_complete_trials(optuna.load_study(study_name=settings.study.name, storage=storage)))
-    progress = _Progress(settings.progress, settings.trials, done_before, spec.names)
+        done_before = len(complete_trials(optuna.load_study(study_name=settings.study.name, storage=storage)))
+    progress = TrialProgress(settings.progress, settings.trials, done_before, spec.names)
     search_started = time.time()
     try:
         with storage_errors(shown_url, during_search=True):
