@@ -236,7 +236,7 @@ class StudySettings:
     def __post_init__(self) -> None:
         _whole(self, ("workers", "population", "seed", "heartbeat"), ("trials", "max_records"))
         _real(self, ("race_z",), ("timeout", "budget"))
-        self.race = tuple(as_reals(self.race, "race", error=SearchError, finite=False))  # stage_ends names the range
+        self.race = tuple(as_reals(self.race, "race", error=SearchError))  # finite here; stage_ends names the range
         if self.workers < 1:
             raise SearchError(f"workers must be an integer >= 1, got {self.workers!r}")
         if self.sampler is not None and self.sampler not in SAMPLERS:
