@@ -16,24 +16,23 @@ NUM_LAYERS = 4
 
 def small(out: Path, model_dir: Path, **overrides) -> SearchSettings:
     """Settings of a small, fast search on the tiny model."""
-    kw = dict(
-        model=str(model_dir),
-        pairs=3,
-        num_positions=3,
-        search_records=3,
-        holdout_records=2,
-        trials=10,
-        population=4,
-        s_min=1.0,
-        s_max=1.5,
-        device="cpu",
-        out=str(out),
-        progress=False,
-        heartbeat=10,  # stale only after 20 s: a busy CI machine must not make a running trial look dead
-        confirm_records=4,  # confirmation on a few records: fast, and it still runs in every small search
-    )
-    kw.update(overrides)
-    return SearchSettings.flat(**kw)
+    kw = {
+        "model": str(model_dir),
+        "pairs": 3,
+        "num_positions": 3,
+        "search_records": 3,
+        "holdout_records": 2,
+        "trials": 10,
+        "population": 4,
+        "s_min": 1.0,
+        "s_max": 1.5,
+        "device": "cpu",
+        "out": str(out),
+        "progress": False,
+        "heartbeat": 10,  # stale only after 20 s: a busy CI machine must not make a running trial look dead
+        "confirm_records": 4,  # confirmation on a few records: fast, and it still runs in every small search
+    }
+    return SearchSettings.flat(**{**kw, **overrides})
 
 
 def cli_args(settings: SearchSettings) -> list[str]:
