@@ -138,3 +138,36 @@ def test_race_shares_rebuild_their_ends():
             if sorted(set(ends)) != ends or (len(ends) > 1 and ends[0] < MIN_STAGE_RECORDS):
                 continue
             assert stage_ends(records, _race(ends, records)) == ends
+
+
+def test_the_same_settings_give_the_same_fingerprint_however_they_are_written():
+    """Parts or flat keywords, a task's other spelling, a chat switch or its word, a task setting as its own field
+    or as a task option: one study."""
+    from rope_adapter.search import ModelSettings, ObjectiveSettings, SpaceSettings, StudySettings, TaskSettings
+
+    flat = SearchSettings.flat(
+        model="smollm2-135m-instruct",
+        task="kv-retrieval",
+        pairs=10,
+        data_seed=3,
+        chat_template=False,
+        s_min=0.9,
+        s_max=1.2,
+        sampler="gp",
+        objective="pareto",
+    )
+    composed = SearchSettings(
+        model=ModelSettings(name="smollm2-135m-instruct"),
+        task=TaskSettings(name="kv_retrieval", pairs=10, seed=3, chat_template="off"),
+        objective=ObjectiveSettings(kind="pareto"),
+        space=SpaceSettings(s_min=0.9, s_max=1.2),
+        study=StudySettings(sampler="gp"),
+    )
+    assert composed == flat
+    assert json.dumps(study_fingerprint(composed, "float32")) == json.dumps(study_fingerprint(flat, "float32"))
+    passkey = SearchSettings.flat(task="passkey", num_filler=60, sampler="gp")
+    as_option = SearchSettings.flat(task="passkey", task_options={"num_filler": 60}, sampler="gp")
+    assert study_fingerprint(passkey, "float32") == study_fingerprint(as_option, "float32")
+    # a part left to the command gets the search's own defaults, recorded as every study made before recorded them
+    alone = SearchSettings(task=TaskSettings(name="passkey"), study=StudySettings(sampler="gp"))
+    assert study_fingerprint(alone, "float32")["pairs"] == 20 and alone.task.num_positions == 5
