@@ -1,7 +1,9 @@
 """What the search and the evaluation share: fitness tasks, model loading, shared-prefix scoring, named factor
 variants, statistics and the typed results table.
 
-- :mod:`.tasks`: task classes that build scored samples (``get_task("kv_retrieval")(num_pairs=20)``);
+- :mod:`.tasks`: task classes that build scored samples (``build("kv_retrieval", num_pairs=20)``), registered by
+  name; each class says what callers need to know of it (``position_sweep``, ``length_option``...);
+- :mod:`.settings_parts`: the model and task parts of the search's and the evaluation's settings;
 - :mod:`.loading`: one model/tokenizer loader, device and dtype rules;
 - :mod:`.shared_prefix`: teacher-forced log-probabilities and accuracy with one forward pass per shared prefix;
 - :mod:`.generation`: greedy decoding judged by the task's rule;
