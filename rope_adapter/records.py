@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from . import json_types
 from .errors import RecordFileError
 from .files import dumps_json
 
@@ -111,7 +112,7 @@ def _mismatch(value: Any, tp: Any, field: str, rules: _Rules) -> tuple[str, str]
     if _is_typed_dict(tp):
         if not isinstance(value, dict):
             return field, f"must be an object ({tp.__name__}), found {_describe(value)}"
-        hints = get_type_hints(tp)
+        hints = get_type_hints(tp, localns=vars(json_types))  # JsonValue refers to itself by name
         for key in sorted(tp.__required_keys__):
             path = f"{field}.{key}" if field else key
             if key not in value and path not in rules.missing_ok:
