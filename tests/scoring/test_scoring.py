@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from testkit.samples import ATOL, assert_same, mixed_samples
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import chat_tokenizer, tiny_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -102,11 +102,7 @@ def test_greedy_accuracy_applies_the_judge(tokenizer):
 
 
 def test_chat_template_samples_are_scored_like_full_strings():
-    tok = byte_tokenizer()
-    tok.chat_template = (
-        "{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
-        "{% if add_generation_prompt %}<s>assistant\n{% endif %}"
-    )
+    tok = chat_tokenizer("<s>", "", "</s>")
     samples = PasskeyTask(num_records=1, num_filler=2, positions=[0, 2]).samples()
     task = prepare(samples, tok, chat_template=True)
     assert all(s.chat for s in task.samples)

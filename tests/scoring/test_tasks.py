@@ -8,7 +8,7 @@ import random
 import re
 
 import pytest
-from testkit.tiny_models import byte_tokenizer
+from testkit.tiny_models import byte_tokenizer, chat_tokenizer
 
 from rope_adapter.scoring.tasks import (
     KVRetrievalTask,
@@ -352,11 +352,7 @@ def test_perplexity_windows(tmp_path):
 
 
 def test_chat_template_keeps_the_prefix_shared():
-    tok = byte_tokenizer()
-    tok.chat_template = (
-        "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-    )
+    tok = chat_tokenizer("<|", "|>", "<|end|>")
     samples = KVRetrievalTask(num_records=1, num_pairs=4, positions=[0, 3]).samples()
     templated = apply_chat_template(samples, tok)
     assert all(s.chat for s in templated)

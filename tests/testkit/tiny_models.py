@@ -75,6 +75,18 @@ def tiny_model(arch: str = "llama", num_layers: int = 4, seed: int = 0, **overri
     return sharpen_queries_and_keys(AutoModelForCausalLM.from_config(config)).eval()
 
 
+def chat_tokenizer(role_open: str, role_close: str, turn_end: str) -> PreTrainedTokenizerFast:
+    """The byte tokenizer with a chat template: each message ``{role_open}ROLE{role_close}\nCONTENT{turn_end}\n``,
+    then, for a generation prompt, ``{role_open}assistant{role_close}\n``."""
+    tok = byte_tokenizer()
+    message = f"{role_open}{{{{ m['role'] }}}}{role_close}\n{{{{ m['content'] }}}}{turn_end}\n"
+    prompt = f"{role_open}assistant{role_close}\n"
+    tok.chat_template = (
+        f"{{% for m in messages %}}{message}{{% endfor %}}{{% if add_generation_prompt %}}{prompt}{{% endif %}}"
+    )
+    return tok
+
+
 def save_model_folder(model: PreTrainedModel, folder: Path) -> Path:
     """``model`` and the byte tokenizer saved in ``folder`` (a model folder, what --model takes); ``folder``."""
     model.save_pretrained(folder)
