@@ -16,22 +16,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from rope_adapter.cli import parse_command
 from rope_adapter.cli.settings_flags import (
+    FlagOptions,
     add_flags,
     add_settings_flags,
     command_defaults,
     settings_fields,
     settings_values,
 )
+from rope_adapter.evaluate.results import ResultsFile
 from rope_adapter.evaluate.run import EvalSettings, SampleSettings, run_eval
 from rope_adapter.scoring.loading import bfloat16_hint
 from rope_adapter.scoring.settings_parts import TASK_GROUP
 
 MODEL_FLAGS = ("model", "dtype", "device")
-OVERRIDES: dict[str, dict[str, Any]] = {"data_seed": {"flags": ("--data-seed", "--seed")}}
+OVERRIDES: dict[str, FlagOptions] = {"data_seed": {"flags": ("--data-seed", "--seed")}}
 """``--seed`` is eval's older name of ``--data-seed`` (search's ``--seed`` seeds its sampler)."""
 
 
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_summary(data: dict[str, Any]) -> None:
+def print_summary(data: ResultsFile) -> None:
     """A few lines on the terminal: overall scores and verdicts against the reference."""
     if data["kind"] == "lengths":
         for name, entry in data["summary"].items():

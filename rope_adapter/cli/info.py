@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rope_adapter import read_adapter_factors
 from rope_adapter.export import read_exported_factors
 from rope_adapter.files import dumps_json
+from rope_adapter.json_types import JsonObject
+from rope_adapter.rope_settings import RopeSettings
 
 HELP = "print an adapter's factors and provenance"
 DESCRIPTION = (
@@ -22,8 +24,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
-def describe(path: str) -> dict[str, Any]:
-    """What `info` shows, as a dict: kind, base model, factors, provenance."""
+class AdapterInfo(TypedDict):
+    """What `info` shows of an adapter (``--json`` prints it)."""
+
+    kind: str  # "adapter"
+    path: str
+    base_model: str | None
+    base_model_type: str | None
+    num_layers: int | None
+    head_dim: int | None
+    base_rope_parameters: RopeSettings | None
+    factors: list[float]
+    provenance: JsonObject | None  # how the factors were found, as the adapter records it
+
+
+def describe(path: str) -> AdapterInfo | dict[str, Any]:
+    """What `info` shows: an adapter's :class:`AdapterInfo`, or an exported folder's factors
+    (:func:`rope_adapter.export.read_exported_factors`: the same keys and the export's own)."""
     folder = Path(path)
     if folder.is_dir() and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
         return read_exported_factors(folder)

@@ -12,10 +12,9 @@ import logging
 import signal
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 from rope_adapter.cli import CliInterrupted, IntListAction, output_path, parse_command
-from rope_adapter.cli.settings_flags import add_settings_flags, settings_values
+from rope_adapter.cli.settings_flags import FlagOptions, add_settings_flags, settings_values
 from rope_adapter.files import dumps_json
 from rope_adapter.scoring.loading import bfloat16_hint
 from rope_adapter.search import SearchSettings, run_search
@@ -69,7 +68,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
 """Where each setting's flag is listed in --help, by flat name; every setting with a CLI flag is in one group
 (:func:`rope_adapter.cli.settings_flags.add_settings_flags` builds the flags and checks that)."""
 
-OVERRIDES: dict[str, dict[str, Any]] = {
+OVERRIDES: dict[str, FlagOptions] = {
     "pairs": {
         "nargs": "+",
         "action": IntListAction,

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any, TypedDict
 
 from rope_adapter.cli import IntListAction, output_path
 from rope_adapter.composed import FlatField, flat_fields, flatten
@@ -32,6 +32,40 @@ from rope_adapter.records import refuse_constant
 
 FLAG_KEYS = ("flags", "dest", "type", "action", "nargs", "const", "default", "choices", "metavar", "suffix")
 """Field metadata that shapes a flag (besides ``help``, ``group`` and ``cli``)."""
+
+
+class FlagOptions(TypedDict, total=False):
+    """How a flag differs from what its setting's annotation gives (field metadata or a command's override):
+    ``flags`` (the flag and its aliases), ``suffix`` (added to the help), the rest as argparse takes them."""
+
+    flags: tuple[str, ...]
+    dest: str
+    type: Callable[[str], Any] | None
+    action: str | type[argparse.Action]
+    nargs: str | int
+    const: Any  # the value of a flag given alone, any type the setting holds
+    default: Any  # the setting's default, any type it holds
+    choices: list[str]
+    metavar: str
+    suffix: str
+
+
+class ArgumentOptions(TypedDict, total=False):
+    """The keywords of ``parser.add_argument`` for one setting."""
+
+    dest: str
+    type: Callable[[str], Any] | None
+    action: str | type[argparse.Action]
+    nargs: str | int
+    const: Any
+    default: Any
+    choices: list[str]
+    metavar: str
+    help: str
+
+
+Overrides = Mapping[str, FlagOptions]
+"""A command's flag options by flat name."""
 
 
 def key_value(text: str) -> tuple[str, Any]:
@@ -75,7 +109,7 @@ def _element(base: str) -> str | None:
     return None
 
 
-def _typed_kwargs(entry: FlatField, default: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+def _typed_kwargs(entry: FlatField, default: Any) -> tuple[tuple[str, ...], ArgumentOptions]:
     """The flag names and argparse keywords a setting's annotation and default give."""
     flag = "--" + entry.name.replace("_", "-")
     base = _annotation(entry)
@@ -85,7 +119,7 @@ def _typed_kwargs(entry: FlatField, default: Any) -> tuple[tuple[str, ...], dict
         return (flag,), {"action": "store_true"}
     if base.startswith("dict["):
         return (flag,), {"type": key_value, "action": "append", "default": [], "metavar": "KEY=VALUE"}
-    kwargs: dict[str, Any] = {"default": default}
+    kwargs: ArgumentOptions = {"default": default}
     element = _element(base)
     kind = element or base
     if element is not None:
@@ -100,12 +134,13 @@ def _typed_kwargs(entry: FlatField, default: Any) -> tuple[tuple[str, ...], dict
 
 
 def flag_spec(
-    entry: FlatField, default: Any = None, override: Mapping[str, Any] | None = None
-) -> tuple[tuple[str, ...], dict[str, Any]]:
+    entry: FlatField, default: Any = None, override: FlagOptions | None = None
+) -> tuple[tuple[str, ...], ArgumentOptions]:
     """``(flags, kwargs)`` of ``parser.add_argument`` for one setting: typed from its annotation and the command's
     ``default``, then its metadata, then ``override``."""
     flags, kwargs = _typed_kwargs(entry, default)
-    extra = {k: v for k, v in entry.field.metadata.items() if k in FLAG_KEYS} | dict(override or {})
+    extra = FlagOptions(**{k: v for k, v in entry.field.metadata.items() if k in FLAG_KEYS})
+    extra.update(override or {})
     flags = tuple(extra.pop("flags", flags))
     suffix = extra.pop("suffix", "")
     kwargs.update(extra)
@@ -120,7 +155,7 @@ def add_flags(
     container: Any,
     entries: Iterable[FlatField],
     defaults: Mapping[str, Any],
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Overrides | None = None,
 ) -> None:
     """One flag per setting on ``container`` (a parser or an argument group), in the order given."""
     for entry in entries:
@@ -145,7 +180,7 @@ def add_settings_flags(
     parser: argparse.ArgumentParser,
     cls: type,
     groups: Mapping[str, Sequence[str]] | None = None,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Overrides | None = None,
     exclude: Collection[str] = (),
 ) -> None:
     """One flag per setting of the settings dataclass ``cls`` (but ``exclude`` and ``cli=False`` ones).
@@ -176,7 +211,7 @@ def add_settings_flags(
 def settings_values(
     cls: type,
     args: argparse.Namespace,
-    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    overrides: Overrides | None = None,
     exclude: Collection[str] = (),
 ) -> dict[str, Any]:
     """The flat values of parsed arguments, ready for ``cls.flat(**values)``: each read from its flag's ``dest``,

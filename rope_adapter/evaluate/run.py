@@ -32,7 +32,7 @@ from rope_adapter.writable import blank_path_reason, unwritable_reason
 from . import evaluation as ev
 from .extrapolation import default_extrapolation_variants, evaluate_lengths, length_windows, parse_lengths
 from .own_outputs import ANALYZE_OUTPUTS, EVAL_OUTPUTS, analyze_wrote, check_own_outputs, eval_wrote
-from .results import SweepResults
+from .results import ResultsFile, RunSettings, SweepResults
 
 SCORES_GROUP = "scores"
 PPL_GROUP = "extrapolation (--task perplexity)"
@@ -171,6 +171,12 @@ class EvalSettings(SampleSettings):
         return [s.strip() for s in self.scores.split(",") if s.strip()]
 
 
+class EvalRunSettings(RunSettings, total=False):
+    """What :func:`run_eval` records of its run in results.json's settings (the sweep adds its own)."""
+
+    max_position_embeddings: int | None
+
+
 @dataclass
 class EvalResult:
     """What :func:`run_eval` produced: the results (``PositionResults`` or the length sweep's) and the files."""
@@ -178,7 +184,7 @@ class EvalResult:
     results: SweepResults  # PositionResults or LengthResults
     paths: dict[str, Path]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ResultsFile:
         return self.results.to_dict()
 
 
@@ -335,7 +341,7 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
 
     # 3. tokenizer and data (still no weights)
     tokenizer = load_tokenizer(model, path)
-    recorded: dict[str, Any] = {
+    recorded: EvalRunSettings = {
         "model": model.name,
         "model_path": str(path),
         "model_type": getattr(text_config, "model_type", None),
