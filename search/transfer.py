@@ -7,7 +7,7 @@ the sampler and the sampler range of the end control ys (``endpoint_margin``); o
 the new study's sampler ranges; its values, constraint values and every attribute go with it, plus
 ``copied_from`` (source study and trial number). Baselines not among the copies are enqueued as usual.
 
-Example: ``copy_trials(SearchSettings(..., sampler="gp", out="new"), "sqlite:///old/study.db", "lrs-search")``, then
+Example: ``copy_trials(SearchSettings.flat(..., sampler="gp", out="new"), "sqlite:///old/study.db", "lrs-search")``, then
 ``run_search`` (or ``rope-adapter search``) with the same settings resumes the new study.
 """
 
