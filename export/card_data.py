@@ -115,12 +115,12 @@ def _read_adapter(folder: Path) -> FolderInfo:
         config, _ = read_adapter_factors(folder)
     except LrsError as exc:
         raise CardError(str(exc)) from None
-    factors = [float(f) for f in config.factors]  # type: ignore[union-attr]
+    factors = [float(f) for f in config.factors]
     return FolderInfo(
         kind="adapter",
         folder=folder,
         factors=factors,
-        num_layers=int(config.num_layers),  # type: ignore[arg-type]
+        num_layers=int(config.num_layers),
         config=_read_json(folder / ADAPTER_CONFIG),
         base_model=config.base_model_name_or_path,
         base_model_type=config.base_model_type,

@@ -126,7 +126,7 @@ def check_export_options(
         raise ExportError(f"--atol must be finite, got {atol!r}: use --no-verify to skip the check")
     probe_length = as_int(probe_length, "probe_length", error=ExportError, low=1)
     if max_shard_size is None:
-        return atol, None, probe_length  # type: ignore[return-value]
+        return atol, None, probe_length
     if isinstance(max_shard_size, str) and max_shard_size.strip().isdigit():
         max_shard_size = int(max_shard_size)
     if isinstance(max_shard_size, str):
@@ -140,7 +140,7 @@ def check_export_options(
         size = max_shard_size = as_int(max_shard_size, "--max-shard-size", error=ExportError)
     if size <= 0:
         raise ExportError(f"--max-shard-size must be > 0, got {max_shard_size!r}")
-    return atol, max_shard_size, probe_length  # type: ignore[return-value]
+    return atol, max_shard_size, probe_length
 
 
 def publish(tmp: Path, out: Path, overwrite: bool) -> None:

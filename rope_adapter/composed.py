@@ -95,7 +95,7 @@ def compose(
             raise TypeError(f"{cls.__name__}: {key!r} is {name!r}, given twice")
         given[name] = value
     own: dict[str, Any] = {}
-    parts: dict[str, dict[str, Any]] = {f.name: {} for f in fields(cls) if is_part(f)}  # type: ignore[arg-type]
+    parts: dict[str, dict[str, Any]] = {f.name: {} for f in fields(cls) if is_part(f)}
     for name, value in given.items():
         entry = flat[name]
         if entry.part is None:
@@ -103,7 +103,7 @@ def compose(
         else:
             parts[entry.part][entry.field.name] = value
     try:
-        for f in fields(cls):  # type: ignore[arg-type]
+        for f in fields(cls):
             if is_part(f) and parts[f.name]:
                 own[f.name] = f.metadata["part"](**parts[f.name])
         return cls(**own)

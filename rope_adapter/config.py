@@ -161,7 +161,7 @@ def check_resolved(config: LrsConfig, where: str) -> list[float]:
     if not config.resolved:
         raise AdapterFileError(f"{where}: adapter_config.json lacks 'factors' or 'num_layers'")
     try:
-        return validate_factors(config.factors, config.num_layers)  # type: ignore[arg-type]
+        return validate_factors(config.factors, config.num_layers)
     except InvalidFactorsError as exc:
         raise AdapterFileError(f"{where}: {exc}") from exc
 
@@ -288,7 +288,7 @@ def _checked_tensor(config: LrsConfig, file: Path) -> torch.Tensor:
     if len(keys) != 1 or len(tensors) != 1:
         raise AdapterFileError(f"{file} must hold exactly one '*.lrs_factors' tensor, found {sorted(tensors)}")
     tensor = tensors[keys[0]]
-    check_factors_tensor(tensor, config.num_layers, str(file))  # type: ignore[arg-type]
+    check_factors_tensor(tensor, config.num_layers, str(file))
     if not torch.equal(tensor, torch.tensor(config.factors, dtype=torch.float32)):
         raise AdapterFileError(
             f"{file} and {CONFIG_NAME} disagree on the factors ({tensor.tolist()} vs {config.factors}): the folder "

@@ -35,7 +35,7 @@ _RANGE_HINT = (
 
 def _layers(num_layers: Any) -> int:
     """The layer count validate_factors is given, in any whole-number type (checked once the factors are)."""
-    return as_int(num_layers, "num_layers", error=InvalidFactorsError, low=0)  # type: ignore[return-value]
+    return as_int(num_layers, "num_layers", error=InvalidFactorsError, low=0)
 
 
 def validate_factors(factors: Any, num_layers: int) -> list[float]:

@@ -53,7 +53,7 @@ def bind_config(config: LrsConfig, site: RopeSite, model: nn.Module) -> None:
     config.base_model_type = config.base_model_type or site.model_type
     if config.base_rope_parameters is None:
         config.base_rope_parameters = copy.deepcopy(site.rope_parameters)
-    config.target_modules = site.rotary_name  # type: ignore[attr-defined]
+    config.target_modules = site.rotary_name
 
 
 def _head_dim(model: nn.Module) -> int | None:

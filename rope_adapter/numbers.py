@@ -218,7 +218,7 @@ def as_reals(
     items = items_of(values, name, error)
     if length is not None and len(items) != length:
         raise error(f"{name} must hold {length} numbers, got {len(items)}{hint}")
-    return [  # type: ignore[misc]
+    return [
         as_real(v, _item_name(name, i), error=error, low=low, high=high, low_open=low_open, finite=finite, hint=hint)
         for i, v in enumerate(items)
     ]
@@ -235,7 +235,7 @@ def as_ints(
 ) -> list[int]:
     """:func:`as_reals` for whole numbers (positions, lengths): each item through :func:`as_int`."""
     items = items_of(values, name, error)
-    return [as_int(v, _item_name(name, i), error=error, low=low, high=high, hint=hint) for i, v in enumerate(items)]  # type: ignore[misc]
+    return [as_int(v, _item_name(name, i), error=error, low=low, high=high, hint=hint) for i, v in enumerate(items)]
 
 
 # ------------------------------------------------------------------------------------------------ the command line
@@ -257,7 +257,7 @@ def cli_int(text: str) -> int:
     """argparse ``type`` of an integer flag: a whole number in any notation (``1e3``, ``4.0``); ``2.7`` is refused
     at parsing, never truncated."""
     try:
-        return as_int(parse_number(text), "the value", error=argparse.ArgumentTypeError)  # type: ignore[return-value]
+        return as_int(parse_number(text), "the value", error=argparse.ArgumentTypeError)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
@@ -266,6 +266,6 @@ def cli_float(text: str) -> float:
     """argparse ``type`` of a real-number flag: any number (``0.5``, ``1e-4``, ``3/2``); ``nan`` and ``inf`` are
     parsed too and refused, with the setting's own message, by the settings they go to."""
     try:
-        return as_real(parse_number(text), "the value", error=argparse.ArgumentTypeError, finite=False)  # type: ignore[return-value]
+        return as_real(parse_number(text), "the value", error=argparse.ArgumentTypeError, finite=False)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None

@@ -40,7 +40,6 @@ FACTORS_KEY_SUFFIX = "lrs_factors"
 """The last part of the name of an LRS adapter's one tensor in ``adapter_model.safetensors``."""
 
 WEIGHTS_NAME = "adapter_model.safetensors"
-PICKLE_WEIGHTS_NAME = "adapter_model.bin"
 
 _STAGED: dict[Path, files.Staged] = {}  # folder -> the weights staged for it
 
@@ -99,7 +98,7 @@ def atomic_save_file(original: Callable[..., Any]) -> Callable[..., Any]:
             raise
         _STAGED[folder] = staged
 
-    save_file._lrs_atomic = True  # type: ignore[attr-defined]
+    save_file._lrs_atomic = True
     return save_file
 
 
@@ -147,7 +146,7 @@ def atomic_model_card(original: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             shutil.rmtree(work, ignore_errors=True)
 
-    create_or_update_model_card._lrs_atomic = True  # type: ignore[attr-defined]
+    create_or_update_model_card._lrs_atomic = True
     return create_or_update_model_card
 
 
@@ -178,7 +177,7 @@ def checked_save_pretrained(original: Callable[..., Any]) -> Callable[..., Any]:
                 files.clear_other_formats(folder, "adapter", {WEIGHTS_NAME}, is_lrs_weights_file, dry_run=True)
         return original(self, save_directory, *args, **kwargs)
 
-    save_pretrained._lrs_atomic = True  # type: ignore[attr-defined]
+    save_pretrained._lrs_atomic = True
     return save_pretrained
 
 

@@ -6,8 +6,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from . import files
-
 
 def unwritable_reason(folder: str | os.PathLike[str], what: str) -> str | None:
     """Why nothing can be written under ``folder`` (made if missing), or None.
@@ -65,10 +63,3 @@ def blank_path_reason(path: str | os.PathLike[str] | None, what: str) -> str | N
             f"{what} is empty: give the name of a folder or file to write (an empty path is never the current folder)"
         )
     return None
-
-
-# The writes themselves are in rope_adapter.files (the one way to write a file); these names stay for callers
-# written before it.
-write_text_atomic = files.write_text
-write_bytes_atomic = files.write_bytes
-savefig_atomic = files.save_figure

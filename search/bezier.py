@@ -257,11 +257,6 @@ class BezierSpace:
             raise LrsError(f"margin must be >= 0, got {self.margin}")
         _check_x_mode(self.x_mode)
 
-    @property
-    def num_control_points(self) -> int:
-        """``degree + 1``."""
-        return self.degree + 1
-
     def param_names(self) -> list[str]:
         """Parameter names in a fixed order: ``y0 .. y{n}`` then, in free mode, ``x1 .. x{n-1}``."""
         names = [f"y{i}" for i in range(self.degree + 1)]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +11,6 @@ from rope_adapter.scoring.tasks import Task, TaskError, build, split_records, ta
 
 from .lengths import is_multi, keyed_samples, study_lengths
 from .settings import SearchError, SearchSettings
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_PERPLEXITY_TEXT = """\
 The river rises in the hills to the north of the town and runs south through a wide valley of farms and small

@@ -169,7 +169,7 @@ class LayerBound:
             low, high = parse_number(match.group(3)), parse_number(match.group(4))
         except ValueError:
             raise LrsError(f"layer bound {text!r}: LOW and HIGH must be numbers") from None
-        return cls(first, last, low, high)  # type: ignore[arg-type]
+        return cls(first, last, low, high)
 
     def __post_init__(self) -> None:
         """Any number type (:mod:`rope_adapter.numbers`) is kept as a plain int or float; anything else, a

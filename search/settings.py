@@ -8,7 +8,6 @@ Every field carries a ``help`` text; the CLI builds its flags from the fields, u
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,6 @@ from .settings_parts import (
     StudySettings,
 )
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
     "DEFAULT_UNIFORM",
     "ModelSettings",
@@ -41,7 +38,6 @@ __all__ = [
     "TaskSettings",
     "public_storage",
     "redact_url",
-    "settings_default",
     "settings_dict",
     "settings_help",
 ]
@@ -206,11 +202,6 @@ _FLAT_READS: dict[str, FlatField] = {
     if entry.part is not None and name not in {f for f in SearchSettings.__dataclass_fields__}
 }
 """The settings :meth:`SearchSettings.__getattr__` reads under their flat names."""
-
-
-def settings_default(name: str) -> Any:
-    """The default value of a setting, by flat name (used by the CLI)."""
-    return SearchSettings().to_flat()[name]
 
 
 def settings_help(name: str) -> str:

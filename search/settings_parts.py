@@ -88,9 +88,9 @@ class ObjectiveSettings:
         """Score kind, k and objective; in a study over several record lengths the weights are those of each
         length's gold positions, length after length."""
         return ObjectiveSpec(
-            score=self.score,  # type: ignore[arg-type]
+            score=self.score,
             k=self.k,
-            kind=self.kind,  # type: ignore[arg-type]
+            kind=self.kind,
             position_weights=None if self.position_weights is None else tuple(self.position_weights) * lengths,
             worst_weight=self.worst_weight,
         )
@@ -171,7 +171,7 @@ class SpaceSettings:
             degree=self.degree,
             s_min=self.s_min,
             s_max=self.s_max,
-            x_mode=self.x_mode,  # type: ignore[arg-type]
+            x_mode=self.x_mode,
             margin=self.margin,
             endpoint_margin=self.endpoint_margin,
         )

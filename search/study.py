@@ -26,7 +26,6 @@
 
 from __future__ import annotations
 
-import logging
 import multiprocessing as mp
 import shutil
 import time
@@ -67,8 +66,6 @@ from .worker import (
 )
 
 __all__ = ["SearchResult", "check_search", "check_stored_study", "run_search", "save_adapter"]
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass

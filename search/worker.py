@@ -4,7 +4,6 @@ the evaluator that swaps factors in place.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +30,6 @@ from .objective import (
 )
 from .racing import stage_ends
 from .settings import SearchError, SearchSettings
-
-logger = logging.getLogger(__name__)
 
 
 def resolve_device(device: str) -> str:

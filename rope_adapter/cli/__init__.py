@@ -44,7 +44,7 @@ def output_path(text: str) -> Path:
 class IntListAction(argparse.Action):
     """Integers given either way: ``--positions 0 4 9`` or ``--positions 0,4,9`` (eval and search agree)."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[no-untyped-def]
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
         items = [values] if isinstance(values, str) else list(values)
         out: list[int] = []
         for item in items:

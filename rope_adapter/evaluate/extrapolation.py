@@ -83,11 +83,6 @@ def parse_lengths(text: str | Sequence[int | str]) -> list[int]:
     return sorted(lengths)
 
 
-def length_label(n: int) -> str:
-    """2048 -> "2k"; 3000 -> "3000"."""
-    return f"{n // 1024}k" if n % 1024 == 0 else str(n)
-
-
 def default_extrapolation_variants(lengths: Sequence[int], max_positions: int, adapter: str | None = None) -> str:
     """``base,linear:F,dynamic:F`` (+ both with the adapter), F = the longest length over the trained context."""
     factor = max(2, math.ceil(max(lengths) / max_positions))
@@ -208,7 +203,7 @@ class LengthResults(SweepResults[WindowRow, LengthSettings]):
         loglik = np.array([r["loglik"] for r in rows], dtype=np.float64)
         mean = float((loglik * tokens).sum() / tokens.sum())
         interval = mean_interval(loglik, self.confidence)
-        half = None if interval.low is None else (interval.high - interval.low) / 2  # type: ignore[operator]
+        half = None if interval.low is None else (interval.high - interval.low) / 2
         return {
             "perplexity": math.exp(-mean),
             "ci_low": None if half is None else math.exp(-(mean + half)),

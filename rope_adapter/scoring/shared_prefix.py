@@ -76,10 +76,6 @@ class TokenizedTask:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def rows_of(self, index: int) -> tuple[int, ...]:
-        """The ``full_ids`` rows of sample ``index`` (one per answer form)."""
-        return (index,) if self.forms is None else self.forms[index]
-
     @property
     def positions(self) -> np.ndarray:
         """Gold position of each sample."""

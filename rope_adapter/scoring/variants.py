@@ -52,11 +52,6 @@ ROPE_TYPES = ("linear", "dynamic", "yarn")
 
 VARIANT_KINDS = ("base", "uniform", "adapter", *ROPE_TYPES)
 
-VARIANT_HELP = (
-    "comma-separated variants: base, uniform:F, adapter:PATH (folder or Hub id), linear:F (PI), dynamic:F "
-    "(Dynamic NTK), yarn:F, and mixes joined by '+' such as linear:2+adapter:PATH; prefix NAME= to label one"
-)
-
 
 class VariantSpec(TypedDict):
     """A variant as results.json lists it (:meth:`Variant.to_dict`)."""
@@ -239,7 +234,7 @@ def variant_rope_parameters(config: Any, variant: Variant) -> RopeSettings:
         for key in ("factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow"):
             params.pop(key, None)
         params["rope_type"] = variant.rope_type
-        params["factor"] = float(variant.rope_factor)  # type: ignore[arg-type]
+        params["factor"] = float(variant.rope_factor)
         if variant.rope_type == "yarn":
             params["original_max_position_embeddings"] = int(text.max_position_embeddings)
     return base

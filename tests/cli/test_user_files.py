@@ -15,7 +15,7 @@ from testkit.card_folders import make_adapter
 from testkit.searches import small
 from testkit.tiny_models import save_model_folder, tiny_model
 
-from rope_adapter import writable
+from rope_adapter import files, writable
 from rope_adapter.cli import main
 from rope_adapter.evaluate.run import EvalError, EvalSettings
 from rope_adapter.export import ExportError, export_model
@@ -120,7 +120,7 @@ def test_atomic_writes_keep_the_mode_of_the_file_they_replace(tmp_path):
     path = tmp_path / "f.txt"
     path.write_text("old")
     path.chmod(0o640)
-    writable.write_text_atomic(path, "new")
+    files.write_text(path, "new")
     assert path.read_text() == "new" and (path.stat().st_mode & 0o777) == 0o640
 
 

@@ -147,13 +147,13 @@ class Runner:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.stdin.close()
         self.process.wait()
 
     def run(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
-        self.process.stdin.flush()  # type: ignore[union-attr]
-        answer = self.process.stdout.readline()  # type: ignore[union-attr]
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        answer = self.process.stdout.readline()
         if not answer:
             raise RuntimeError("the fault runner ended")
         return json.loads(answer)

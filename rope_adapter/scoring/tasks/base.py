@@ -33,7 +33,7 @@ class TaskError(LrsError):
 def task_int(value: Any, name: str, *, low: int | None = None, high: int | None = None) -> int:
     """A task's whole-number setting (any number type, :mod:`rope_adapter.numbers`) as a Python int, or a
     :class:`TaskError` naming it: ``2.7`` is refused, never truncated; a bool or a string is not a number."""
-    return as_int(value, name, error=TaskError, low=low, high=high)  # type: ignore[return-value]
+    return as_int(value, name, error=TaskError, low=low, high=high)
 
 
 def optional_task_int(value: Any, name: str, *, low: int | None = None) -> int | None:
