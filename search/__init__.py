@@ -6,8 +6,9 @@ same from the command line. The heavy modules (torch, transformers, optuna) load
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from rope_adapter.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from .report_types import SearchReport
@@ -24,17 +25,17 @@ if TYPE_CHECKING:
     from .transfer import copy_trials
 
 _LAZY = {  # the public API, each name from the module that defines it
-    "SearchError": "settings",
-    "SearchReport": "report_types",
-    "SearchResult": "study",
-    "SearchSettings": "settings",
-    "ModelSettings": "settings",
-    "TaskSettings": "settings",
-    "ObjectiveSettings": "settings",
-    "SpaceSettings": "settings",
-    "StudySettings": "settings",
-    "run_search": "study",
-    "copy_trials": "transfer",
+    "SearchError": ".settings",
+    "SearchReport": ".report_types",
+    "SearchResult": ".study",
+    "SearchSettings": ".settings",
+    "ModelSettings": ".settings",
+    "TaskSettings": ".settings",
+    "ObjectiveSettings": ".settings",
+    "SpaceSettings": ".settings",
+    "StudySettings": ".settings",
+    "run_search": ".study",
+    "copy_trials": ".transfer",
 }
 
 __all__ = [
@@ -51,9 +52,4 @@ __all__ = [
     "run_search",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f".{module}", __name__), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -15,8 +15,8 @@ with any Optuna RDB storage): a resumed or re-run search reads them back and sco
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from rope_adapter.scoring.logprobs import position_means
 
 from .objective import ObjectiveSpec
 from .report import select_key, trial_record
-from .report_types import Confirmation, ConfirmedCandidate
+from .report_types import Confirmation, ConfirmedCandidate, TrialRecord
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -41,9 +41,16 @@ def confirmation_key(records: int, trial: int) -> str:
     return f"{CONFIRM_ATTR}:{records}:{trial}"
 
 
+class ConfirmationScores(TypedDict):
+    """A trial's scores on the confirmation records, as the study keeps them (:func:`confirmation_key`)."""
+
+    factors: list[float]
+    sample_scores: list[float]  # per confirmation sample, rounded to 6 digits
+
+
 def candidates(
-    records: Sequence[Mapping[str, Any]], spec: ObjectiveSpec, select: str, top: int
-) -> dict[str, list[Mapping[str, Any]]]:
+    records: Sequence[TrialRecord], spec: ObjectiveSpec, select: str, top: int
+) -> dict[str, list[TrialRecord]]:
     """The best ``top`` searched curves and uniform factors on the search set (finished, feasible, scored on every
     search record, not a repeat of an earlier trial), best first under the selection rule."""
     usable = [
@@ -101,7 +108,7 @@ def run_confirmation(
         best: tuple[tuple[float, ...], int] | None = None
         for record in pool:
             key = confirmation_key(settings.confirm_records, record["number"])
-            saved = stored.get(key)
+            saved: ConfirmationScores | None = stored.get(key)
             fresh = not (isinstance(saved, dict) and saved.get("factors") == record["factors"])
             if fresh:
                 per_sample = np.asarray(score(record["factors"]), dtype=np.float64)

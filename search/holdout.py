@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -17,13 +16,14 @@ import numpy as np
 if TYPE_CHECKING:
     from .worker import Worker
 
+from rope_adapter.differences import MeanDifference, PairedDifferences
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import describe_difference, differences_by_position_and_record
 
 from .k_selection import select_k
 from .lengths import length_mask, study_lengths
 from .objective import answer_score
-from .report_types import Holdout, HoldoutConfig, SearchReport
+from .report_types import Holdout, HoldoutConfig, HoldoutDifferences, KSelectionSummary, SearchReport
 
 
 def add_holdout(report: SearchReport, worker: Worker) -> None:
@@ -54,7 +54,7 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
     score_name = "answer" if settings.score == "soft" else settings.score
     k_used = settings.k if settings.score == "logprob" else None
     configs_out: dict[str, HoldoutConfig] = {}
-    k_selection: dict[str, Any] | None = None
+    k_selection: KSelectionSummary | None = None
     done: dict[tuple[float, ...], tuple[Any, Any]] = {}  # factors -> (scores, greedy accuracy): found may be a baseline
     for name, factors in configs.items():
         key = tuple(round(float(f), 9) for f in factors)
@@ -100,28 +100,29 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
         if worker.base_nll is not None:
             entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
         configs_out[name] = entry
-    differences: dict[str, dict[str, Any]] = {}
+    differences: dict[str, HoldoutDifferences] = {}
     for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
         if a in scores and b in scores:
-            differences[f"{a}-{b}"] = differences_by_position_and_record(
-                scores[a], scores[b], positions, ids, settings.seed
-            )
+            pair: HoldoutDifferences = {
+                **differences_by_position_and_record(scores[a], scores[b], positions, ids, settings.seed)
+            }
             if a in accuracy and b in accuracy:
-                differences[f"{a}-{b}"]["accuracy"] = differences_by_position_and_record(
+                pair["accuracy"] = differences_by_position_and_record(
                     accuracy[a], accuracy[b], positions, ids, settings.seed
                 )
             if a in tf_accuracy and b in tf_accuracy:
-                differences[f"{a}-{b}"]["tf_accuracy"] = differences_by_position_and_record(
+                pair["tf_accuracy"] = differences_by_position_and_record(
                     tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
                 )
             score_is_whole_logprob = settings.score == "logprob" and k_used is None
             if a in whole and b in whole and not score_is_whole_logprob:
                 # the first-k score can rise while copying the rest of the answer gets worse: check it here
-                differences[f"{a}-{b}"]["whole_answer"] = differences_by_position_and_record(
+                pair["whole_answer"] = differences_by_position_and_record(
                     whole[a], whole[b], positions, ids, settings.seed
                 )
+            differences[f"{a}-{b}"] = pair
     lengths = study_lengths(settings.pairs)
-    by_length: dict[str, dict[str, dict[str, Any]]] = {}
+    by_length: dict[str, dict[str, PairedDifferences]] = {}
     for pairs in lengths if len(lengths) > 1 else ():  # each length's paired differences, on its own samples
         mask = length_mask(positions, pairs)
         by_length[str(pairs)] = {
@@ -160,7 +161,7 @@ def position_dict(positions: np.ndarray, values: np.ndarray) -> dict[str, float]
     return {str(int(p)): float(values[positions == p].mean()) for p in np.unique(positions)}
 
 
-def _verdict(d: Mapping[str, Any]) -> str:
+def _verdict(d: MeanDifference) -> str:
     """The stored verdict of a paired difference (the t interval's); for reports written before verdicts were
     stored, the same question asked of ``diff`` and ``2 se``."""
     if "verdict" in d:
@@ -171,7 +172,7 @@ def _verdict(d: Mapping[str, Any]) -> str:
     return "within noise"
 
 
-def holdout_verdict(holdout: Mapping[str, Any]) -> str:
+def holdout_verdict(holdout: Holdout) -> str:
     """One honest sentence about the held-out mean: does the found curve beat base and best uniform?"""
     diffs = holdout["differences"]
     parts = []

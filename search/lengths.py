@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rope_adapter.scoring.tasks import Sample
 
 KEY_BASE = 100_000
 """A (length, position) key is ``pairs * KEY_BASE + position`` (positions are below the length, far below this)."""
@@ -54,7 +57,7 @@ def key_label(key: int | str, multi: bool) -> str:
     return f"{pairs}:{position}"
 
 
-def keyed_samples(samples: Iterable[Any], pairs: int) -> list[Any]:
+def keyed_samples(samples: Iterable[Sample], pairs: int) -> list[Sample]:
     """The samples of one length with their gold position replaced by the (length, position) key."""
     return [replace(s, position=length_key(pairs, s.position)) for s in samples]
 

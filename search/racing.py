@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -65,6 +66,15 @@ def record_scores(per_sample: Sequence[float], sample_records: Sequence[int], nu
         return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
 
 
+class RaceCheckEntry(TypedDict):
+    """A :class:`RaceCheck` as a trial's record holds it."""
+
+    records: int
+    diff: float
+    se: float
+    stop: bool
+
+
 @dataclass(frozen=True)
 class RaceCheck:
     """The paired comparison of a trial with the reference on the records scored so far."""
@@ -74,7 +84,7 @@ class RaceCheck:
     se: float
     stop: bool
 
-    def to_dict(self) -> dict[str, float | int | bool]:
+    def to_dict(self) -> RaceCheckEntry:
         """JSON-friendly."""
         return {"records": self.records, "diff": self.diff, "se": self.se, "stop": self.stop}
 

@@ -5,8 +5,8 @@ paired differences on that length's samples. Pure: it reads the report's own (le
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from rope_adapter.differences import MeanDifference
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
 from .lengths import by_length, is_multi, split_key, study_lengths
@@ -47,7 +47,7 @@ def length_entries(report: SearchReport) -> list[LengthEntry] | None:
     return entries
 
 
-def _cell(d: Mapping[str, Any] | None) -> str:
+def _cell(d: MeanDifference | None) -> str:
     if not d:
         return "–"
     return fmt_interval(d["diff"], d.get("ci_low"), d.get("ci_high"), 3, sign=True)

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
+from rope_adapter.differences import MeanDifference, PositionDifference
 from rope_adapter.scoring.metrics import metric_title
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
 from .lengths import is_multi, key_label
 from .report_lengths import length_lines
-from .report_types import SearchReport
+from .report_types import ChosenCurve, Confirmation, SearchReport
 
 
-def _diff_cell(d: Mapping[str, Any]) -> str:
+def _diff_cell(d: PositionDifference | MeanDifference) -> str:
     """A paired difference with its 95 % interval (``± se`` for reports written before intervals were stored)."""
     if d.get("ci_low") is not None:
         return fmt_interval(d["diff"], d["ci_low"], d["ci_high"], 3, sign=True)
     return f"{fmt(d['diff'], 3, sign=True)} ± {fmt(d.get('se'))}"
 
 
-def _found_label(chosen: Mapping[str, Any] | None) -> str:
+def _found_label(chosen: ChosenCurve | None) -> str:
     if chosen is None:
         return "found (–)"
     if chosen.get("baseline"):
@@ -171,7 +169,7 @@ def markdown_summary(report: SearchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def confirmation_lines(confirmation: Mapping[str, Any] | None) -> list[str]:
+def confirmation_lines(confirmation: Confirmation | None) -> list[str]:
     """The confirmation section: each top curve's search-set and confirmation scores and its selection gap."""
     if not confirmation:
         return []

@@ -2,21 +2,38 @@
 :func:`~rope_adapter.search.holdout.add_holdout`) build and its readers (the Markdown summary, the plots, the
 results record, the adapter's provenance) read. ``SearchResult.report`` is one of these.
 
-Deep, open-ended parts (a trial's record, a paired difference, the settings) stay ``dict[str, Any]``: their keys
-are listed where they are built (``trial_record``, ``differences_by_position_and_record``, ``settings_dict``).
+Parts other writers build are typed beside them and imported here: a paired difference
+(:class:`~rope_adapter.scoring.paired.PairedDifferences`), the task (:class:`~rope_adapter.provenance.ProvenanceTask`)
+and a trial's race checks (:mod:`rope_adapter.search.trial_info`).
 """
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
+from rope_adapter.differences import PairedDifferences
+from rope_adapter.json_types import JsonValue
 from rope_adapter.provenance import ProvenanceTask
+
+from .trial_info import TrialPerplexity, TrialRace
 
 
 class ModelSummary(TypedDict):
     name: str
     num_layers: int
     base_model_name_or_path: str | None
+
+
+class RacingSummary(TypedDict):
+    """How many search records (prefix forward passes) the trials scored, against scoring every one in full."""
+
+    stage_ends: list[int]
+    z: float
+    scored_trials: int
+    raced_out: int
+    records_scored: int
+    records_without_racing: int
+    saved_fraction: float
 
 
 class _StudyRequired(TypedDict):
@@ -32,12 +49,12 @@ class _StudyRequired(TypedDict):
     evaluated: int
     infeasible: int
     failed: int
-    repeats_pruned: int
     running: int
-    racing: dict[str, Any]
 
 
 class StudySummary(_StudyRequired, total=False):
+    repeats_pruned: int  # always written; reports written before repeats were pruned lack it
+    racing: RacingSummary  # always written; reports written before racing lack it
     worker_errors: list[str]  # added when the workers have finished
 
 
@@ -52,7 +69,7 @@ class _TimingRequired(TypedDict):
     seconds_per_scored_sample: float | None
     search_samples: int
     search_records: int
-    tokens_per_trial: dict[str, Any]
+    tokens_per_trial: dict[str, int]  # "separate", "shared_prefix"
     workers: int
     device: str
     dtype: str
@@ -81,19 +98,23 @@ class Baselines(TypedDict):
     uniform: list[ConfigSummary | None]
 
 
-class ChosenCurve(TypedDict):
-    """The trial the search chose (its factors go into the adapter)."""
-
+class _ChosenRequired(TypedDict):
     number: int
     baseline: str | None
     factors: list[float]
     control_points: list[list[float]] | None
     objectives: dict[str, float] | None
     by_position: dict[str, float] | None
-    accuracy_by_position: dict[str, float] | None
-    logprob_by_position: dict[str, float] | None
     on_pareto_front: bool
     select: str
+
+
+class ChosenCurve(_ChosenRequired, total=False):
+    """The trial the search chose (its factors go into the adapter). The keys below are always written; older
+    reports lack them."""
+
+    accuracy_by_position: dict[str, float] | None
+    logprob_by_position: dict[str, float] | None
     warning: str | None
 
 
@@ -143,22 +164,38 @@ class HoldoutConfig(TypedDict, total=False):
     perplexity: float
 
 
+class HoldoutDifferences(PairedDifferences, total=False):
+    """A held-out pair ("found-base", ...): the paired difference of the score, and of the other measures taken."""
+
+    accuracy: PairedDifferences  # greedy accuracy (holdout_accuracy)
+    tf_accuracy: PairedDifferences  # teacher-forced accuracy
+    whole_answer: PairedDifferences  # log-prob of every answer token (when the score is not that already)
+
+
+class KSelectionSummary(TypedDict):
+    """The number of answer tokens that best separates the gold positions on the base model's held-out scores."""
+
+    best_k: int
+    f_statistic: dict[str, float]  # k -> one-way ANOVA F across positions
+    position_means: dict[str, dict[str, float]]  # k -> position -> mean
+
+
 class _HoldoutRequired(TypedDict):
     records: int
     samples: int
     samples_per_position: dict[str, int]
     score: str  # the verdict's score: "answer" for a search scored with "soft"
-    search_score: str
     k: int | None
     configs: dict[str, HoldoutConfig]
-    differences: dict[str, dict[str, Any]]  # "found-base" -> a paired difference (+ "accuracy", "tf_accuracy", ...)
+    differences: dict[str, HoldoutDifferences]  # "found-base", "found-best_uniform", "best_uniform-base"
     verdict: str
     seconds: float
 
 
 class Holdout(_HoldoutRequired, total=False):
-    k_selection: dict[str, Any]
-    by_length: dict[str, dict[str, dict[str, Any]]]  # multi-length: pairs -> "found-base" -> paired difference
+    search_score: str  # the search's own score (always written; older reports lack it)
+    k_selection: KSelectionSummary
+    by_length: dict[str, dict[str, PairedDifferences]]  # multi-length: pairs -> "found-base" -> paired difference
 
 
 class LengthEntry(TypedDict):
@@ -169,12 +206,49 @@ class LengthEntry(TypedDict):
     search: dict[str, dict[str, float]]  # "base", "best_uniform", "found" -> {"mean", "worst"} on the search set
     confirmation: dict[str, dict[str, float]]  # trial number -> {"mean", "worst"} on the confirmation records
     holdout: dict[str, dict[str, float]]  # "base", "best_uniform", "found" -> {"mean", "worst"} held out
-    differences: dict[str, dict[str, Any]]  # held out, paired by record: "found-base" -> paired difference
+    differences: dict[str, PairedDifferences]  # held out, paired by record: "found-base" -> paired difference
+
+
+class _TrialRecordRequired(TypedDict):
+    number: int
+    state: str  # Optuna's TrialState name: "COMPLETE", "PRUNED", "FAIL", "RUNNING", ...
+    baseline: str | None  # "base", "uniform" or None for a searched curve
+    uniform: float | None
+    params: dict[str, float]
+    control_points: list[list[float]] | None
+    factors: list[float] | None
+    constraints: list[float] | None
+    feasible: bool
+    evaluated: bool
+    values: list[float] | None
+    objectives: dict[str, float] | None
+    by_position: dict[str, float] | None
+    sample_scores: list[float] | None
+    perplexity: TrialPerplexity | None
+    eval_seconds: float | None
+    seconds: float | None
+    duration_seconds: float | None
+    worker: str | None
+    datetime_start: str | None  # ISO 8601
+    datetime_complete: str | None
+
+
+class TrialRecord(_TrialRecordRequired, total=False):
+    """One trial of the study as the report lists it (``report.trial_record``): the trial's own record
+    (:class:`~rope_adapter.search.trial_info.TrialInfo`) flattened, with Optuna's state, values and times. The keys
+    below are always written; reports written before racing and pruned repeats lack them."""
+
+    duplicate_of: int | None
+    records_scored: int | None
+    raced_out: bool
+    race: TrialRace | None
+    accuracy_by_position: dict[str, float] | None
+    logprob_by_position: dict[str, float] | None
 
 
 class _ReportRequired(TypedDict):
     format: str
-    settings: dict[str, Any]
+    settings: dict[str, JsonValue]  # SearchSettings flat (settings.settings_dict): its fields are the keys
     model: ModelSummary
     study: StudySummary
     task: ProvenanceTask
@@ -182,8 +256,8 @@ class _ReportRequired(TypedDict):
     baselines: Baselines
     pareto_front: list[int]
     chosen: ChosenCurve | None
-    search_comparison: dict[str, dict[str, Any]]
-    trials: list[dict[str, Any]]
+    search_comparison: dict[str, PairedDifferences]  # on the search set: "found-base", "found-best_uniform"
+    trials: list[TrialRecord]
 
 
 class SearchReport(_ReportRequired, total=False):

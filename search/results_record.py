@@ -12,8 +12,8 @@ shown or knowingly left out: a test fails when it writes one that is in none of 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
+from rope_adapter.differences import PairedDifferences
 from rope_adapter.scoring.intervals import CONFIDENCE
 from rope_adapter.scoring.metrics import PROPORTIONS, metric_title
 from rope_adapter.scoring.results_table import (
@@ -28,7 +28,7 @@ from rope_adapter.scoring.results_table import (
     t_difference,
 )
 
-from .report_types import SearchReport
+from .report_types import HoldoutConfig, SearchReport
 
 LABELS = {"base": "base (all factors 1)", "best_uniform": "best uniform", "found": "found"}
 ROLES = {"base": "base", "best_uniform": "uniform", "found": "found"}
@@ -62,7 +62,7 @@ def holdout_table(report: SearchReport) -> ResultsTable:
     holdout = report.get("holdout")
     if not isinstance(holdout, Mapping) or not holdout.get("configs"):
         raise ResultsTableError("the search report has no held-out comparison (the search ran without one)")
-    configs: Mapping[str, Mapping[str, Any]] = holdout["configs"]
+    configs: dict[str, HoldoutConfig] = holdout["configs"]
     task = report.get("task") or {}
     positions = sorted({int(p) for c in configs.values() for p in c.get("by_position", {})})
     counts = {str(p): int(n) for p, n in (holdout.get("samples_per_position") or {}).items()}
@@ -124,7 +124,7 @@ def holdout_table(report: SearchReport) -> ResultsTable:
     )
 
 
-def _variant(name: str, config: Mapping[str, Any]) -> TableVariant:
+def _variant(name: str, config: HoldoutConfig) -> TableVariant:
     factors = config.get("factors")
     uniform = finite(config.get("uniform"))
     label = LABELS.get(name, name)
@@ -145,13 +145,13 @@ def _cell(mean: float, n: int | None, proportion: bool) -> Cell:
     return proportion_cell(mean, n) if proportion else Cell(mean=float(mean), n=n)
 
 
-def _weighted_mean(row: Mapping[str, Any], counts: Mapping[str, int]) -> float | None:
+def _weighted_mean(row: Mapping[str, float], counts: Mapping[str, int]) -> float | None:
     pairs = [(float(m), counts.get(p, 1)) for p, m in row.items() if finite(m) is not None]
     total = sum(n for _, n in pairs)
     return sum(m * n for m, n in pairs) / total if total else None
 
 
-def _comparison(a: str, b: str, entry: Mapping[str, Any], confidence: float) -> Comparison:
+def _comparison(a: str, b: str, entry: PairedDifferences, confidence: float) -> Comparison:
     by_position = {
         str(p): t_difference(float(d["diff"]), finite(d.get("se")), d.get("n"), confidence)
         for p, d in (entry.get("by_position") or {}).items()

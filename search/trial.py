@@ -10,7 +10,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import optuna
@@ -26,6 +26,7 @@ from .settings import SearchSettings, redact_url
 from .storage import BASELINE_ATTR, TRIAL_ATTR
 from .storage_failures import storage_failure
 from .storage_url import open_storage
+from .trial_info import TrialInfo, TrialScores
 from .worker import Worker, make_worker
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
         params = {name: trial.suggest_float(name, low, high) for name, (low, high) in bounds.items()}
         cp = space.decode(params)
         factors, values = worker.constraints.evaluate(cp)
-        info: dict[str, Any] = {
+        info: TrialInfo = {
             "control_points": cp.tolist(),
             "factors": None if factors is None else [float(f) for f in factors],
             "worker": worker.name,
@@ -90,14 +91,25 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
     return objective
 
 
-def _race_reference(study: Any, num_samples: int, baselines_only: bool = False) -> dict[str, Any] | None:
+class _RaceReference(TrialInfo):
+    number: int
+
+
+class WorkerRun(TypedDict):
+    """What :func:`run_worker` did: its sampler's seed and the trials it finished."""
+
+    seed: int
+    ran: int
+
+
+def _race_reference(study: Any, num_samples: int, baselines_only: bool = False) -> _RaceReference | None:
     """The fully scored trial with the best mean so far (its stored trial info and number), or None;
     ``baselines_only``: among the baselines (the unscaled model and uniform factors)."""
-    best = None
+    best: tuple[int, TrialInfo] | None = None
     for t in complete_trials(study):
         if baselines_only and t.user_attrs.get(BASELINE_ATTR) is None:
             continue
-        info = t.user_attrs.get(TRIAL_ATTR) or {}
+        info: TrialInfo = t.user_attrs.get(TRIAL_ATTR) or {}
         scores = info.get("sample_scores")
         if not info.get("evaluated") or info.get("raced_out") or scores is None or len(scores) != num_samples:
             continue
@@ -106,7 +118,7 @@ def _race_reference(study: Any, num_samples: int, baselines_only: bool = False) 
     return None if best is None else {"number": best[0], **best[1]}
 
 
-def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[str, Any]:
+def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> TrialScores:
     """Score a trial stage by stage (racing); the trial info's score fields.
 
     The unscaled model, and every trial while the study holds no fully scored one, are scored on all records. A
@@ -138,7 +150,7 @@ def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[st
     scores = np.concatenate([p.per_sample for p in parts])
     scored_positions = positions[: len(scores)]
     by_position = position_means(scored_positions, scores)
-    out: dict[str, Any] = {
+    out: TrialScores = {
         "records_scored": worker.stage_ends[len(parts) - 1],
         "sample_scores": [round(float(x), 6) for x in scores],
         "eval_seconds": float(sum(p.seconds for p in parts)),
@@ -161,7 +173,7 @@ def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> dict[st
     return out
 
 
-def record_info(trial: Any, info: dict[str, Any]) -> None:
+def record_info(trial: Any, info: TrialInfo) -> None:
     """Store what the trial computed (user attribute :data:`TRIAL_ATTR`) plus a few flat attributes that
     optuna-dashboard shows and sorts: ``factors``, ``accuracy`` (teacher-forced, mean over the scored samples'
     positions), ``records_scored``, ``raced_out`` and ``feasible``."""
@@ -194,11 +206,11 @@ def _scored_twin(trial: Any, params: dict[str, float]) -> Any | None:
     return None
 
 
-def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start: float) -> tuple[float, ...]:
+def _repeat(trial: Any, worker: Worker, prior: Any, info: TrialInfo, start: float) -> tuple[float, ...]:
     """A proposal equal to an earlier scored trial: pruned (not counted in ``trials``, no forward pass), or after
     :data:`MAX_REPEATS_IN_ROW` such prunes, finished with the earlier trial's values."""
     worker.repeats_in_row += 1
-    earlier = prior.user_attrs[TRIAL_ATTR]
+    earlier: TrialInfo = prior.user_attrs[TRIAL_ATTR]
     info.update(duplicate_of=prior.number, constraints=list(earlier["constraints"]))
     if worker.repeats_in_row <= MAX_REPEATS_IN_ROW:
         info["seconds"] = time.perf_counter() - start
@@ -206,7 +218,7 @@ def _repeat(trial: Any, worker: Worker, prior: Any, info: dict[str, Any], start:
         raise optuna.TrialPruned(f"same parameters as trial {prior.number}")
     worker.repeats_in_row = 0
     record_constraints(trial, worker, earlier["constraints"])
-    copied = {**earlier, **info, "eval_seconds": 0.0, "seconds": time.perf_counter() - start}
+    copied: TrialInfo = {**earlier, **info, "eval_seconds": 0.0, "seconds": time.perf_counter() - start}
     record_info(trial, copied)
     return tuple(prior.values)
 
@@ -248,7 +260,7 @@ class TrialProgress:
         best: dict[str, float] = {}
         evaluated = 0
         for t in trials:
-            info = t.user_attrs.get(TRIAL_ATTR) or {}
+            info: TrialInfo = t.user_attrs.get(TRIAL_ATTR) or {}
             if not info.get("evaluated"):
                 continue
             evaluated += 1
@@ -301,7 +313,7 @@ class _BudgetStop:
         self.costs: list[float] = []  # seconds of each scored trial, scaled to a full pass over the search records
 
     def __call__(self, study: Any, trial: Any) -> None:
-        info = trial.user_attrs.get(TRIAL_ATTR) or {}
+        info: TrialInfo = trial.user_attrs.get(TRIAL_ATTR) or {}
         if info.get("evaluated") and "duplicate_of" not in info:
             records = int(info.get("records_scored") or self.search_records)
             self.costs.append(float(info.get("seconds", 0.0)) * self.search_records / max(1, records))
@@ -313,7 +325,7 @@ class _BudgetStop:
 
 def run_worker(
     worker: Worker, storage: Any, deadline: float | None, progress: TrialProgress | None = None
-) -> dict[str, Any]:
+) -> WorkerRun:
     """Run trials until the study holds ``trials`` finished ones, the timeout passes or the budget says stop."""
     settings = worker.settings
     with quiet_optuna():
