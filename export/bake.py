@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import json
 import logging
 import os
 import shutil
@@ -20,7 +21,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from huggingface_hub import snapshot_download
@@ -31,7 +32,7 @@ import rope_adapter
 from rope_adapter import LrsConfig, files, find_rope_site, get_factors, load_lrs_config
 from rope_adapter.api import check_adapter_folder
 from rope_adapter.embedded.loading import resolve_model_path
-from rope_adapter.records import read_json
+from rope_adapter.rope_settings import RopeSettings
 from rope_adapter.standalone import (
     CodegenError,
     names_for_model,
@@ -44,6 +45,7 @@ from rope_adapter.writable import blank_path_reason, unwritable_reason
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
 from .reading import SIDECAR_NAME
 from .serving import note_vllm_length
+from .sidecar import ExportSidecar
 from .staging import (
     ExportError,
     check_export_options,
@@ -287,7 +289,7 @@ def _factors(source: _Source) -> list[float]:
     return tensor.tolist()
 
 
-def _native_rejection(config: PreTrainedConfig, rope_parameters: dict[str, Any] | None) -> str | None:
+def _native_rejection(config: PreTrainedConfig, rope_parameters: RopeSettings | None) -> str | None:
     """Why the base config class refuses ``rope_parameters`` (Phi3 takes only longrope), or None."""
     data = config.to_dict()
     data["rope_parameters"] = rope_parameters
@@ -310,9 +312,11 @@ def _base_state_dict(base: PreTrainedModel, rotary_name: str) -> dict[str, torch
     return state
 
 
-def _write_config(folder: Path, plan: ExportPlan, rope_parameters: dict, factors: list[float], source: _Source) -> str:
+def _write_config(
+    folder: Path, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float], source: _Source
+) -> str:
     path = folder / "config.json"
-    config = read_json(path, dict[str, Any])
+    config = json.loads(path.read_text())
     base_type = config["model_type"]
     if plan.format == NATIVE:
         config["rope_parameters"] = plan.rope_parameters
@@ -346,7 +350,13 @@ def _copy_base_files(base_folder: Path | None, folder: Path, tokenizer: Any) -> 
     return copied
 
 
-def _sidecar(source: _Source, plan: ExportPlan, rope_parameters: dict, factors: list[float]) -> dict[str, Any]:
+class _SaveOptions(TypedDict, total=False):  # what the export passes to the base model's save_pretrained
+    state_dict: dict[str, torch.Tensor]
+    max_shard_size: int | str
+    save_original_format: bool
+
+
+def _sidecar(source: _Source, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float]) -> ExportSidecar:
     config = source.config
     return {
         "format": plan.format,
@@ -451,7 +461,7 @@ def _export(
     tmp = make_temporary(out)
     try:
         logger.info("writing %s (%s: %s)", out, plan.format, plan.reason)
-        save_kwargs: dict[str, Any] = {"state_dict": _base_state_dict(base, site.rotary_name)}
+        save_kwargs: _SaveOptions = {"state_dict": _base_state_dict(base, site.rotary_name)}
         if max_shard_size is not None:
             save_kwargs["max_shard_size"] = max_shard_size
         if plan.format == CUSTOM_CODE:  # keep transformers' internal weight names: the new model_type has no

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
@@ -21,7 +21,7 @@ from rope_adapter.files import dumps_json
 from rope_adapter.provenance import Provenance
 from rope_adapter.scoring.metrics import PROPORTIONS
 from rope_adapter.scoring.numbers import fmt
-from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, MetricTable, ResultsTable
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, Cell, Diff, MetricTable, ResultsTable
 from rope_adapter.scoring.tasks import display_name
 
 from .card_data import (
@@ -96,7 +96,7 @@ def _digits(metric: MetricTable) -> int:
     return 3 if metric.name in PROPORTIONS else 4
 
 
-def _cell(cell: Any, digits: int) -> str:
+def _cell(cell: Cell | None, digits: int) -> str:
     if cell is None:
         return "–"
     if cell.low is None or cell.high is None:
@@ -104,7 +104,7 @@ def _cell(cell: Any, digits: int) -> str:
     return f"{_fmt(cell.mean, digits)} [{_fmt(cell.low, digits)}, {_fmt(cell.high, digits)}]"
 
 
-def _diff(diff: Any, digits: int) -> str:
+def _diff(diff: Diff | None, digits: int) -> str:
     if diff is None:
         return "–"
     if diff.low is None or diff.high is None:
@@ -124,10 +124,47 @@ def _dataset(table: ResultsTable) -> str:
     return f"Lost in the Middle {name}{detail} ({records})"
 
 
-def _table_context(source: str, table: ResultsTable, this: str | None, kind: str) -> dict[str, Any]:
+class RowContext(TypedDict):
+    """One variant's row of a results table on the card."""
+
+    label: str
+    this: bool  # the variant whose factors are this folder's
+    cells: list[str]  # per gold position
+    overall: str
+
+
+class DiffContext(TypedDict):
+    label: str  # "variant − against"
+    cells: list[str]
+    overall: str
+
+
+class MetricContext(TypedDict):
+    title: str
+    rows: list[RowContext]
+    diffs: list[DiffContext]
+    interval: str | None
+
+
+class TableContext(TypedDict):
+    """What the card's template shows of one results table."""
+
+    title: str
+    source: str  # the file the table came from
+    dataset: str
+    count: str  # "N records, M samples"
+    positions: list[str]
+    metrics: list[MetricContext]
+    this_label: str | None
+    what: str  # "adapter" or "model"
+    notes: list[str]
+    unmatched: bool  # no variant of the table has this folder's factors
+
+
+def _table_context(source: str, table: ResultsTable, this: str | None, kind: str) -> TableContext:
     positions = [str(p) for p in table.positions]
     labels = {v.name: v.label for v in table.variants}
-    metrics = []
+    metrics: list[MetricContext] = []
     for metric in table.metrics:
         digits = _digits(metric)
         rows = [
@@ -212,12 +249,6 @@ def _eval_results(table: ResultsTable, this: str | None) -> list[EvalResult]:
 # ---------------------------------------------------------------------------------------------------- provenance
 
 
-def _section(provenance: Provenance | None, key: str) -> dict[str, Any]:
-    """A provenance section (``SECTIONS``) as written, or {} where it is missing or not an object."""
-    value = (provenance or {}).get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list[str]:
     """'How the factors were found' as readable lines (no dict reprs, no local paths); ``with_holdout=False``
     leaves out the held-out scores a results table already shows."""
@@ -225,7 +256,7 @@ def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list
     method = provenance.get("method")
     if method:
         lines.append(f"Method: {METHODS.get(method, method)} (`{method}`)")
-    curve = _section(provenance, "curve")
+    curve = provenance.get("curve") or {}  # checked against its record (card_data): an object where present
     if curve:
         parts = []
         if curve.get("degree") is not None:
@@ -236,7 +267,7 @@ def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list
             parts.append(f"factors searched in [{readable(curve['s_min'])}, {readable(curve['s_max'])}]")
         rest = {k: v for k, v in curve.items() if k not in {"degree", "x_mode", "s_min", "s_max", "control_points"}}
         lines.append("Curve: " + ", ".join(parts + [f"{k.replace('_', ' ')} {readable(v)}" for k, v in rest.items()]))
-    study = _section(provenance, "study")
+    study = provenance.get("study") or {}
     if study:
         parts = [
             f"`{study['name']}`" if study.get("name") else "",
@@ -244,7 +275,7 @@ def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list
         ]
         parts += [f"{k.replace('_', ' ')} {readable(v)}" for k, v in study.items() if k not in {"name", "trial"}]
         lines.append("Optuna study: " + ", ".join(p for p in parts if p))
-    task = _section(provenance, "task")
+    task = provenance.get("task") or {}
     if task:
         name = task.get("name")
         parts = [display_name(str(name)) if name else ""]
@@ -259,7 +290,7 @@ def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list
             f"{k.replace('_', ' ')} {readable(v)}" for k, v in task.items() if k not in shown and v not in ({}, None)
         ]
         lines.append("Task: " + ", ".join(p for p in parts if p))
-    scores = _section(provenance, "scores")
+    scores = provenance.get("scores") or {}
     for key, value in scores.items():
         if key == "objectives":
             lines.append(f"Objectives (maximised): {readable(value)}")
@@ -283,24 +314,26 @@ def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list
 # ---------------------------------------------------------------------------------------------------- the card
 
 
-def _front_matter(readme: Path) -> dict[str, Any]:
+def _readme_license(readme: Path) -> str | None:
+    """The license a model's README.md names in its front matter (None: none, or no readable README)."""
     if not readme.is_file():
-        return {}
+        return None
     try:
-        return ModelCard(readme.read_text(encoding="utf-8"), ignore_metadata_errors=True).data.to_dict()
+        found = ModelCard(readme.read_text(encoding="utf-8"), ignore_metadata_errors=True).data.to_dict().get("license")
     except Exception:  # an unreadable base README must not stop publishing; the license is then omitted
-        return {}
+        return None
+    return str(found) if found else None
 
 
 def _license(info: FolderInfo, base_id: str | None) -> str | None:
     if info.base_model and Path(info.base_model).expanduser().is_dir():
-        found = _front_matter(Path(info.base_model).expanduser() / "README.md").get("license")
+        found = _readme_license(Path(info.base_model).expanduser() / "README.md")
         if found:
-            return str(found)
+            return found
     if info.kind == "model":
-        found = _front_matter(info.folder / "README.md").get("license")
+        found = _readme_license(info.folder / "README.md")
         if found:
-            return str(found)
+            return found
     return KNOWN_LICENSES.get(base_id or "")
 
 
@@ -326,7 +359,7 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
         tags.append(str(info.base_model_type))
     if info.custom_code:
         tags.append("custom_code")
-    extra: dict[str, Any] = {"base_model_relation": "adapter"} if info.kind == "adapter" and base_id else {}
+    extra: dict[str, str] = {"base_model_relation": "adapter"} if info.kind == "adapter" and base_id else {}
     card_data = ModelCardData(
         base_model=base_id,
         library_name="peft" if info.kind == "adapter" else "transformers",
@@ -338,7 +371,7 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
         **extra,
     )
     control_points = []
-    curve = _section(provenance, "curve")
+    curve = (provenance or {}).get("curve") or {}
     for point in curve.get("control_points") or []:
         if isinstance(point, list | tuple) and len(point) == 2:
             control_points.append((_fmt(point[0]), _fmt(point[1])))

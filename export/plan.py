@@ -8,7 +8,9 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from rope_adapter.rope_settings import RopeParameters, RopeSettings, is_per_layer_type
 
 NATIVE = "native"
 CUSTOM_CODE = "custom-code"
@@ -22,19 +24,15 @@ class ExportPlan:
     factors in config.json and generated code beside the weights. ``reason`` says why (shown to the user)."""
 
     format: Literal["native", "custom-code"]
-    rope_parameters: dict[str, Any] | None  # native only: the new rope_parameters
+    rope_parameters: RopeSettings | None  # native only: the new rope_parameters
     reason: str
-
-
-def _is_per_layer_type(params: dict[str, Any]) -> bool:
-    return bool(params) and all(isinstance(v, dict) for v in params.values())
 
 
 def _nice(value: float) -> float:
     return round(value, 6) if math.isclose(value, round(value, 6)) else value
 
 
-def linear_rope_parameters(params: dict[str, Any], factor: float) -> dict[str, Any] | None:
+def linear_rope_parameters(params: RopeParameters, factor: float) -> RopeParameters | None:
     """``params`` with every position divided by ``factor`` more, as transformers' native linear scaling.
 
     None when the base RoPE type is neither default nor linear (YaRN, llama3, dynamic, ...): dividing their
@@ -50,7 +48,7 @@ def linear_rope_parameters(params: dict[str, Any], factor: float) -> dict[str, A
 
 
 def plan_export(
-    rope_parameters: dict[str, Any], layer_types: Sequence[str] | None, factors: Sequence[float]
+    rope_parameters: RopeSettings, layer_types: Sequence[str] | None, factors: Sequence[float]
 ) -> ExportPlan:
     """Choose the folder format for ``factors`` on a model with ``rope_parameters``.
 
@@ -61,7 +59,7 @@ def plan_export(
     """
     factors = [float(f) for f in factors]
     if layer_types is None:
-        if _is_per_layer_type(rope_parameters):
+        if is_per_layer_type(rope_parameters):
             return ExportPlan(CUSTOM_CODE, None, "per-layer-type rope_parameters without per-type rotary")
         if len(set(factors)) > 1:
             return ExportPlan(CUSTOM_CODE, None, "the factors differ between layers")

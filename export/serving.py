@@ -11,11 +11,14 @@ JSON files only.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from rope_adapter.records import read_json
+from rope_adapter.json_types import JsonValue
+from rope_adapter.rope_settings import RopeParameters, rotaries
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +39,22 @@ UNSCALED_TYPES = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek
 """RoPE types whose factor vLLM does not multiply the maximum length by."""
 
 
-def _rope_dicts(rope: Any) -> list[dict[str, Any]]:
-    if not isinstance(rope, dict) or not rope:
-        return []
-    if all(isinstance(value, dict) for value in rope.values()):
-        return [value for value in rope.values() if value]
-    return [rope]
+class VllmNote(TypedDict):
+    """What ``lrs_export.json`` says (key ``vllm``) of a folder vLLM serves shorter than its full length."""
+
+    full_max_model_len: int
+    vllm_max_model_len: int
+    note: str
 
 
-def vllm_lengths(config: dict[str, Any], tokenizer_config: dict[str, Any] | None) -> tuple[int, int] | None:
+def _rope_dicts(rope: JsonValue) -> list[RopeParameters]:
+    """Each rotary's settings in a config.json's ``rope_parameters`` as found (anything else: none)."""
+    return [r for r in rotaries(rope) if r] if isinstance(rope, dict) else []
+
+
+def vllm_lengths(
+    config: Mapping[str, JsonValue], tokenizer_config: Mapping[str, JsonValue] | None
+) -> tuple[int, int] | None:
     """``(full, served)``: the maximum length before vLLM applies the RoPE factor, and the one it serves by
     default. None when the config names no length."""
     lengths = [config[key] for key in LENGTH_KEYS if isinstance(config.get(key), int)]
@@ -62,12 +72,12 @@ def vllm_lengths(config: dict[str, Any], tokenizer_config: dict[str, Any] | None
     return full, int(full * factor)
 
 
-def note_vllm_length(folder: Path) -> dict[str, Any] | None:
+def note_vllm_length(folder: Path) -> VllmNote | None:
     """For a folder vLLM serves shorter than its full length: log what vLLM will do and return the note for
     ``lrs_export.json`` (else None). Writes nothing."""
-    config = read_json(folder / "config.json", dict)
+    config = json.loads((folder / "config.json").read_text())
     tokenizer_path = folder / "tokenizer_config.json"
-    tokenizer_config = read_json(tokenizer_path, dict) if tokenizer_path.is_file() else None
+    tokenizer_config = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
     lengths = vllm_lengths(config, tokenizer_config)
     if lengths is None or lengths[1] >= lengths[0]:
         return None

@@ -4,10 +4,13 @@ adapter's own provenance, a task's options): the value is checked to be strict J
 
 from __future__ import annotations
 
+from typing import ForwardRef
+
 JsonScalar = str | int | float | bool | None
 """A JSON value that is not a container."""
 
-JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
+_JSON_VALUE = ForwardRef("JsonValue", module=__name__)  # resolved here wherever a record using it is read
+JsonValue = JsonScalar | list[_JSON_VALUE] | dict[str, _JSON_VALUE]
 """Any JSON value."""
 
 JsonObject = dict[str, JsonValue]
