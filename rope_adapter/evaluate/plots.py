@@ -27,6 +27,9 @@ import numpy as np
 
 from rope_adapter import files
 
+from .analysis import DecayCurve, DecayCurves
+from .results import LengthResultsFile, PositionResultsFile, ResultsFile
+
 _MARKERS = "osD^vP*Xh<>"
 
 
@@ -48,7 +51,7 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _title(data: Mapping[str, Any], what: str) -> str:
+def _title(data: ResultsFile, what: str) -> str:
     settings = data.get("settings", {})
     model = settings.get("model") or "model"
     return f"{what} — {data.get('task', '')} on {model}"
@@ -74,7 +77,7 @@ def _lines(ax: Any, positions: Sequence[int], series: Sequence[tuple[int, str, n
     ax.grid(alpha=0.3)
 
 
-def plot_positions(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+def plot_positions(data: PositionResultsFile, path: str | os.PathLike[str]) -> Path:
     """positions.png: per metric, the score by gold position (top) and, with two or more variants, the paired
     difference from the reference variant (bottom); 95 % intervals as error bars."""
     metrics = list(data["metrics"])
@@ -124,7 +127,7 @@ def _length_label(n: int) -> str:
     return f"{n // 1024}k" if n % 1024 == 0 else str(n)
 
 
-def plot_lengths(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+def plot_lengths(data: LengthResultsFile, path: str | os.PathLike[str]) -> Path:
     """lengths.png: perplexity by context length (log-log), a line and 95 % error bars per variant."""
     lengths = list(data["lengths"])
     names = [v["name"] for v in data["variants"]]
@@ -174,10 +177,10 @@ def plot_lengths(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     return _save(fig, path)
 
 
-def plot_decay(data: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+def plot_decay(data: DecayCurves, path: str | os.PathLike[str]) -> Path:
     """decay.png: RoFormer's relative upper bound by relative distance, one line per factor."""
     distances = np.asarray(data["distances"], dtype=float)
-    curves: Sequence[Mapping[str, Any]] = data["curves"]
+    curves: list[DecayCurve] = data["curves"]
     colors = _colors(len(curves))
     fig, ax = plt.subplots(figsize=(7.2, 4.4))
     log = data.get("scale") == "log"
