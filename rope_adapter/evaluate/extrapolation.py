@@ -244,7 +244,7 @@ def evaluate_lengths(
     model: torch.nn.Module,
     windows: Mapping[int, Sequence[Sequence[int]]],
     variants: Sequence[Variant],
-    *,
+    *,  # as evaluate_positions: each sweep lists these keywords with its own defaults (one options object would hide them)
     plans: Mapping[str, AdapterPlan] | None = None,
     chunk_tokens: int = 1024,
     batch_size: int = 1,
