@@ -201,11 +201,11 @@ def test_gp_avoids_the_infeasible_region():
 def test_copy_trials_into_a_gp_study_keeps_scores_and_resumes(searches, model_dir, tmp_path):
     source, _, source_trials = searches["nsga2"]
     target = small(tmp_path / "gp", model_dir, sampler="gp", trials=STARTUP_TRIALS + 5, degree=2, race=())
-    summary = copy_trials(target, source.storage_url(), source.study)
+    summary = copy_trials(target, source.storage_url(), source.study.name)
     complete = [t for t in source_trials if t.state.name == "COMPLETE"]
     assert summary["copied"] + len(summary["skipped"]) == len(complete)
     assert summary["copied"] >= len(complete) - 2 and summary["enqueued"] == []
-    copied = optuna.load_study(study_name=target.study, storage=target.storage_url()).trials
+    copied = optuna.load_study(study_name=target.study.name, storage=target.storage_url()).trials
     by_source = {t.number: t for t in complete}
     for t in copied:
         old = by_source[t.user_attrs["copied_from"]["trial"]]
@@ -213,7 +213,7 @@ def test_copy_trials_into_a_gp_study_keeps_scores_and_resumes(searches, model_di
         assert t.user_attrs[TRIAL_ATTR] == old.user_attrs[TRIAL_ATTR]
         assert t.system_attrs == old.system_attrs  # constraint values included
     with pytest.raises(SearchError, match="study 'lrs-search' exists in .*: copy trials only into a new study"):
-        copy_trials(target, source.storage_url(), source.study)
+        copy_trials(target, source.storage_url(), source.study.name)
     result = run_search(target)
     trials = load_trials(target)
     new = [t for t in trials if "copied_from" not in t.user_attrs and t.state.name == "COMPLETE"]
@@ -226,7 +226,7 @@ def test_copy_trials_refuses_a_study_that_scored_something_else(searches, model_
     source, _, _ = searches["nsga2"]
     other = small(tmp_path / "x", model_dir, sampler="gp", pairs=4, degree=2, race=())
     with pytest.raises(SearchError, match="pairs: 3 in the study, 4 now"):
-        copy_trials(other, source.storage_url(), source.study)
+        copy_trials(other, source.storage_url(), source.study.name)
     assert not (tmp_path / "x" / "study.db").exists()
 
 
