@@ -15,10 +15,10 @@ Held-out statistics are paired (every configuration is scored on the same sample
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 
@@ -30,7 +30,15 @@ from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
 from .racing import stage_ends
 from .report_md import markdown_summary
-from .report_types import ChosenCurve, ConfigSummary, Confirmation, SearchReport, TimingSummary
+from .report_types import (
+    ChosenCurve,
+    ConfigSummary,
+    Confirmation,
+    RacingSummary,
+    SearchReport,
+    TimingSummary,
+    TrialRecord,
+)
 from .results_record import holdout_table
 from .samplers import LEGACY_SAMPLER, describe_sampler
 from .settings import SearchSettings, settings_dict
@@ -45,8 +53,21 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def trial_record(trial: Any) -> dict[str, Any]:
-    """A plain dict of an Optuna trial (FrozenTrial) of this search."""
+class ScoredRecord(TypedDict):
+    """What :func:`select_key` reads of a trial: its objective values (a :class:`TrialRecord` is one)."""
+
+    objectives: dict[str, float] | None
+
+
+class FactorBounds(TypedDict):
+    """The factor range a search ran in (what :func:`search_set_warning` suggests narrowing)."""
+
+    s_min: float
+    s_max: float
+
+
+def trial_record(trial: Any) -> TrialRecord:
+    """The record of an Optuna trial (FrozenTrial) of this search, as the report lists it."""
     info = dict(trial.user_attrs.get(TRIAL_ATTR) or {})
     constraints = info.get("constraints")
     evaluated = bool(info.get("evaluated")) and trial.state.name == "COMPLETE"
@@ -87,14 +108,14 @@ def trial_record(trial: Any) -> dict[str, Any]:
     }
 
 
-def _usable(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _usable(records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Trials that can be chosen: finished, feasible and scored on every search record (not raced out)."""
     return [
         r for r in records if r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"] and not r.get("raced_out")
     ]
 
 
-def select_key(record: Mapping[str, Any], spec: ObjectiveSpec, select: str) -> tuple[float, ...]:
+def select_key(record: ScoredRecord, spec: ObjectiveSpec, select: str) -> tuple[float, ...]:
     """Sort key (larger is better) of a usable trial under a selection rule."""
     obj = record["objectives"]
     if spec.kind == "weighted":
@@ -106,7 +127,7 @@ def select_key(record: Mapping[str, Any], spec: ObjectiveSpec, select: str) -> t
     return (obj["mean"], obj["worst"])
 
 
-def pareto_front(records: Sequence[Mapping[str, Any]], spec: ObjectiveSpec) -> list[int]:
+def pareto_front(records: Sequence[TrialRecord], spec: ObjectiveSpec) -> list[int]:
     """Numbers of the feasible evaluated trials no other one dominates (single objective: the best ones)."""
     usable = _usable(records)
     if not usable:
@@ -124,8 +145,8 @@ def pareto_front(records: Sequence[Mapping[str, Any]], spec: ObjectiveSpec) -> l
 
 
 def choose(
-    records: Sequence[Mapping[str, Any]], spec: ObjectiveSpec, select: str
-) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None, Mapping[str, Any] | None]:
+    records: Sequence[TrialRecord], spec: ObjectiveSpec, select: str
+) -> tuple[TrialRecord | None, TrialRecord | None, TrialRecord | None]:
     """(found, best uniform, base) trials on the search set.
 
     ``found`` is the best searched (non-baseline) trial on the Pareto front under ``select``; only when the study
@@ -151,11 +172,11 @@ def choose(
 
 
 def search_set_warning(
-    found: Mapping[str, Any] | None,
-    baselines: Sequence[tuple[str, Mapping[str, Any] | None]],
+    found: TrialRecord | None,
+    baselines: Sequence[tuple[str, TrialRecord | None]],
     spec: ObjectiveSpec,
     select: str,
-    settings: Mapping[str, Any],
+    settings: FactorBounds,
 ) -> str | None:
     """A warning when the found (searched) trial does not beat a baseline on the search set itself.
 
@@ -192,7 +213,7 @@ def search_set_warning(
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _config_summary(record: Mapping[str, Any] | None) -> ConfigSummary | None:
+def _config_summary(record: TrialRecord | None) -> ConfigSummary | None:
     if record is None:
         return None
     return {
@@ -335,7 +356,7 @@ def build_report(
     }
 
 
-def racing_summary(records: Sequence[Mapping[str, Any]], settings: SearchSettings) -> dict[str, Any]:
+def racing_summary(records: Sequence[TrialRecord], settings: SearchSettings) -> RacingSummary:
     """How many search records (prefix forward passes) the trials scored, against scoring every trial in full."""
     scored = [r for r in records if r["evaluated"] and r["duplicate_of"] is None and r.get("records_scored")]
     used = sum(int(r["records_scored"]) for r in scored)
