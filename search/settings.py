@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter.composed import FlatField, compose, fill_defaults, flat_fields, flatten, part, setting
+from rope_adapter.json_types import JsonObject
 from rope_adapter.numbers import as_int
 from rope_adapter.scoring.settings_parts import ModelSettings, TaskSettings
 from rope_adapter.writable import blank_path_reason
@@ -209,9 +210,10 @@ def settings_help(name: str) -> str:
     return flat_fields(SearchSettings)[name].field.metadata["help"]
 
 
-def settings_dict(settings: SearchSettings) -> dict[str, Any]:
-    """The settings of a report, flat and JSON-friendly: user constraint callables by name, the storage as
-    :func:`public_storage` writes it, the chat template as the switch a search takes (on: true)."""
+def settings_dict(settings: SearchSettings) -> JsonObject:
+    """The settings of a report (``search_report.json``'s ``settings``), by flat name and JSON-friendly: user
+    constraint callables by name, the storage as :func:`public_storage` writes it, the chat template as the switch a
+    search takes (on: true); :meth:`SearchSettings.flat` takes the others back as they are."""
     data = replace(settings, space=replace(settings.space, constraints=())).to_flat()
     data["constraints"] = [getattr(c, "__qualname__", repr(c)) for c in settings.space.constraints]
     data["storage"] = public_storage(settings.storage_url())
