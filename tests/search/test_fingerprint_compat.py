@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sqlite3
 from pathlib import Path
 
@@ -171,3 +172,52 @@ def test_the_same_settings_give_the_same_fingerprint_however_they_are_written():
     # a part left to the command gets the search's own defaults, recorded as every study made before recorded them
     alone = SearchSettings(task=TaskSettings(name="passkey"), study=StudySettings(sampler="gp"))
     assert study_fingerprint(alone, "float32")["pairs"] == 20 and alone.task.num_positions == 5
+
+
+def _readme_command(folder: Path) -> list[str] | None:
+    """The ``rope-adapter search`` command line a study's README records (its flags), or None."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    lines = readme.read_text(encoding="utf-8").splitlines()
+    start = next((i for i, line in enumerate(lines) if "rope-adapter search " in line), None)
+    if start is None:
+        return None
+    text = ""
+    for line in lines[start:]:
+        text += line.rstrip().removesuffix("\\") + " "
+        if not line.rstrip().endswith("\\"):
+            break
+    words = shlex.split(text)
+    return words[words.index("search") + 1 :]
+
+
+COMMANDS = [db for db in STUDIES if _readme_command(db.parent) is not None]
+
+
+def test_the_recorded_commands_are_checked():
+    assert {db.parent.name for db in COMMANDS} >= {"search_qwen_50pairs", "search_smollm2_10pairs"}
+
+
+@pytest.mark.parametrize("db", COMMANDS, ids=lambda p: p.relative_to(RESULTS).parent.as_posix())
+def test_the_command_a_study_records_resumes_it(db, tmp_path):
+    """The command line in the study's README, parsed by today's CLI (the running study's included), gives the
+    fingerprint the study stores (dtype as the CLI resolves it on a CPU, the sampler as a resumed study's; a study
+    made before --endpoint-margin existed resumes with it, as its refusal says)."""
+    from rope_adapter.cli.search import settings_from_argv
+    from rope_adapter.scoring.loading import resolve_dtype
+    from rope_adapter.search.storage import resolve_sampler
+
+    copy = _snapshot(db, tmp_path / "study.db")
+    storage = open_storage(f"sqlite:///{copy}")
+    ((name, raw),) = _stored(copy)
+    argv = _readme_command(db.parent)
+    if "endpoint_margin" not in json.loads(raw)["space"]:  # made before the setting: resumes with it, as told
+        argv.append("--endpoint-margin")
+    settings = settings_from_argv(argv)
+    assert name == settings.study.name
+    settings = resolve_sampler(settings, storage)
+    dtype = str(resolve_dtype(settings.model.dtype, "cpu")).removeprefix("torch.")
+    fingerprint = study_fingerprint(settings, dtype)
+    assert fingerprint == read_stored_fingerprint(json.loads(raw))
+    assert check_existing_study(storage, name, fingerprint)
