@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "study": args.storage.rsplit("/", 1)[-1],
         "dtype": worker.dtype,
-        "threads": settings.threads,
+        "threads": settings.model.threads,
         "model": settings.model.name,
-        "pairs": settings.pairs,
+        "pairs": settings.task.pairs,
         "stage_records": worker.stage_ends[0],
         "tokens_per_second": speed,
         "same_order": order_old == order_new,
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         "trials": rows,
     }
     lines = [
-        f"# Scores in {worker.dtype} against the float32 study: {settings.model.name}, {settings.pairs} pairs",
+        f"# Scores in {worker.dtype} against the float32 study: {settings.model.name}, {settings.task.pairs} pairs",
         "",
         f"The first racing stage ({worker.stage_ends[0]} search records, {n} samples) re-scored in {worker.dtype} "
         f"with the current code, against the float32 per-sample scores the study stored. Command: "
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Order of the trials by mean: float32 {order_old}, {worker.dtype} {order_new} "
         f"({'the same' if data['same_order'] else 'different'}).",
         "",
-        f"One forward pass of {length} tokens on this machine, {settings.threads} thread(s): "
+        f"One forward pass of {length} tokens on this machine, {settings.model.threads} thread(s): "
         + ", ".join(f"{k} {v:.0f} tokens/s" for k, v in speed.items())
         + f" ({speed['bfloat16'] / speed['float32']:.1f}x).",
     ]

@@ -68,7 +68,7 @@ def replay(settings: SearchSettings) -> dict:
     study = optuna.load_study(study_name=settings.study.name, storage=open_storage(settings.storage_url()))
     records = [trial_record(t) for t in study.get_trials(deepcopy=False)]
     spec = settings.objective_spec()
-    raced_choice, _, _ = choose(records, spec, settings.select)
+    raced_choice, _, _ = choose(records, spec, settings.objective.select)
     start = time.perf_counter()
     replayed = 0
     for record in records:
@@ -82,7 +82,7 @@ def replay(settings: SearchSettings) -> dict:
             objectives=spec.summary(by_position),
         )
         replayed += 1
-    full_choice, _, _ = choose(records, spec, settings.select)
+    full_choice, _, _ = choose(records, spec, settings.objective.select)
     return {
         "replayed_trials": replayed,
         "seconds": time.perf_counter() - start,

@@ -203,10 +203,10 @@ def main(argv: list[str] | None = None) -> int:
             if line.strip():
                 row = json.loads(line)
                 # rows of runs before the dtype was recorded carry none: their result folder's README names it
-                if row.get("dtype", settings.dtype) != settings.dtype:
+                if row.get("dtype", settings.model.dtype) != settings.model.dtype:
                     print(
                         f"{done_file} holds trials re-scored in {row['dtype']}, and this run scores in "
-                        f"{settings.dtype}: one ranking must not mix dtypes; give another --out",
+                        f"{settings.model.dtype}: one ranking must not mix dtypes; give another --out",
                         file=sys.stderr,
                     )
                     return 2
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         held_acc = position_means(held_pos, held.exact().astype(np.float64))
         row = done[t.number] = {
             "trial": t.number,
-            "dtype": settings.dtype,
+            "dtype": settings.model.dtype,
             "baseline": t.user_attrs.get("baseline"),
             "raced_out": bool(t.user_attrs.get(TRIAL_ATTR, {}).get("raced_out")),
             "stored_search_mean": t.values[0],
@@ -257,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
         "study": {"storage": args.storage.rsplit("/", 1)[-1], "name": args.study, "trials_scored": len(rows)},
         "settings": {
             "model": settings.model.name,
-            "pairs": settings.pairs,
+            "pairs": settings.task.pairs,
             "search_records": settings.search_records,
-            "dtype": settings.dtype,
+            "dtype": settings.model.dtype,
         },
         "holdout_records": holdout_records,
         "seconds_this_run": time.perf_counter() - start,
@@ -276,11 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     if data["trials_without_seconds"]:
         timing += f", not recorded for {data['trials_without_seconds']} trials"
     lines = [
-        f"# Which search score ranks trials like their held-out accuracy: {settings.model.name}, {settings.pairs} pairs",
+        f"# Which search score ranks trials like their held-out accuracy: {settings.model.name}, {settings.task.pairs} pairs",
         "",
         f"{len(rows)} distinct scored trials of study `{args.study}`, spread over its search-set means; each re-scored "
         f"on the {settings.search_records} search records and the {data['holdout_records']} held-out records "
-        f"({timing}, {settings.dtype}). Target: held-out teacher-forced accuracy, mean over gold positions (range "
+        f"({timing}, {settings.model.dtype}). Target: held-out teacher-forced accuracy, mean over gold positions (range "
         f"{target.min():.3f} - {target.max():.3f}). Command: `benchmarks/score_ranking.py` (docstring).",
         "",
         *agreement_table(agreement),
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *agreement_table(above_floor),
         ]
-    plot_ranking(rows, agreement, args.out / "score_ranking.png", f"{settings.model.name}, {settings.pairs} pairs")
+    plot_ranking(rows, agreement, args.out / "score_ranking.png", f"{settings.model.name}, {settings.task.pairs} pairs")
     lines += ["", "![search score against held-out accuracy, one point per trial](score_ranking.png)"]
     files.write_text((args.out / "score_ranking.md"), "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -51,7 +51,7 @@ def measure_overhead(settings: SearchSettings, repeats: int) -> dict:
     task = worker.search
     evaluator = worker.evaluator
     groups = task.logprob_groups
-    batches = [groups[i : i + settings.batch_size] for i in range(0, len(groups), settings.batch_size)]
+    batches = [groups[i : i + settings.model.batch_size] for i in range(0, len(groups), settings.model.batch_size)]
     factors = np.linspace(1.0, 1.1, worker.num_layers)
 
     def bare_prefix() -> float:
@@ -205,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python "
         + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
         "wall_seconds": wall,
-        "budget_seconds": settings.budget,
-        "within_budget": wall <= settings.budget,
+        "budget_seconds": settings.study.budget,
+        "within_budget": wall <= settings.study.budget,
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "machine": cpu_info(),
@@ -228,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Command: `{summary['command']}`",
         "",
-        f"- wall time {wall / 60:.1f} min (budget {settings.budget / 60:.0f} min); machine: "
-        f"{summary['machine'].get('cpu_model', '?')}, {args.threads} torch threads, {settings.dtype}; "
+        f"- wall time {wall / 60:.1f} min (budget {settings.study.budget / 60:.0f} min); machine: "
+        f"{summary['machine'].get('cpu_model', '?')}, {args.threads} torch threads, {settings.model.dtype}; "
         f"load average before/after {load_before} / {summary['load_average_after']} "
         + (
             f"(above the search's own {args.threads} threads: other jobs shared the cores, timings are pessimistic)"

@@ -104,7 +104,7 @@ def run_confirmation(
     stored = study.user_attrs
     confirmed: list[ConfirmedCandidate] = []
     chosen: dict[str, int | None] = {}
-    for group, pool in candidates(records, spec, settings.select, settings.confirm_top).items():
+    for group, pool in candidates(records, spec, settings.objective.select, settings.confirm_top).items():
         best: tuple[tuple[float, ...], int] | None = None
         for record in pool:
             key = confirmation_key(settings.confirm_records, record["number"])
@@ -130,7 +130,7 @@ def run_confirmation(
                     "scored_this_run": fresh,
                 }
             )
-            rank = select_key({"objectives": summary}, spec, settings.select)
+            rank = select_key({"objectives": summary}, spec, settings.objective.select)
             if best is None or rank > best[0]:  # ties keep the search-set order
                 best = (rank, record["number"])
         chosen[group] = None if best is None else best[1]

@@ -59,7 +59,7 @@ def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
     """The task and its search and held-out records (read or generated, then split with ``data_seed``)."""
     needed = settings.search_records + settings.holdout_records
     # files: read them all (the split draws from the whole file); generated: just what is needed
-    task = build_task(settings, None if settings.data is not None else needed)
+    task = build_task(settings, None if settings.task.data is not None else needed)
     try:
         records = task.load_records()
     except FileNotFoundError as exc:
@@ -71,13 +71,13 @@ def load_split(settings: SearchSettings) -> tuple[Task, list[Any], list[Any]]:
             f"{len(records)} records available but {settings.search_records} search + "
             f"{settings.holdout_records} held-out records asked for; lower --search-records/--holdout-records"
         )
-    if settings.data is not None and settings.confirm_top and len(records) < needed + settings.confirm_records:
+    if settings.task.data is not None and settings.confirm_top and len(records) < needed + settings.confirm_records:
         raise SearchError(
             f"{len(records)} records available but {settings.search_records} search + {settings.holdout_records} "
             f"held-out + {settings.confirm_records} confirmation records asked for; lower --confirm-records (or "
             "--search-records/--holdout-records), or --confirm-top 0 to choose on the search set"
         )
-    search, holdout = split_records(records, settings.search_records, settings.holdout_records, settings.data_seed)
+    search, holdout = split_records(records, settings.search_records, settings.holdout_records, settings.task.seed)
     try:
         task.build_samples(search[:1])  # positions against the records (e.g. a position beyond the pairs)
     except ValueError as exc:
@@ -93,9 +93,9 @@ def load_confirmation(settings: SearchSettings) -> list[Any]:
     if not settings.confirm_top:
         return []
     needed = settings.search_records + settings.holdout_records
-    if settings.data is not None:
+    if settings.task.data is not None:
         records = build_task(settings).load_records()  # load_split checked that the file holds enough
-        return split_records(records, needed, settings.confirm_records, settings.data_seed)[1]
+        return split_records(records, needed, settings.confirm_records, settings.task.seed)[1]
     return build_task(settings, needed + settings.confirm_records).load_records()[needed:]
 
 
@@ -109,11 +109,11 @@ SEARCH, HOLDOUT, CONFIRM = 0, 1, 2
 def length_splits(settings: SearchSettings) -> list[LengthSplit]:
     """The records of every record length of the study, each split as a study of that length alone splits them
     (a single-length study: its one split, as :func:`load_split` and :func:`load_confirmation` give it)."""
-    if not is_multi(settings.pairs):
+    if not is_multi(settings.task.pairs):
         task, search, holdout = load_split(settings)
         return [(None, task, search, holdout, load_confirmation(settings))]
     out: list[LengthSplit] = []
-    for pairs in study_lengths(settings.pairs):
+    for pairs in study_lengths(settings.task.pairs):
         one = settings.updated(pairs=pairs)
         task, search, holdout = load_split(one)
         out.append((pairs, task, search, holdout, load_confirmation(one)))
@@ -136,10 +136,10 @@ def length_samples(splits: list[LengthSplit], part: int, first: int = 0, last: i
 
 def perplexity_text_path(settings: SearchSettings) -> Path | None:
     """The perplexity guard's text file (the built-in text is written into ``out`` so that it can be read)."""
-    if settings.max_ppl_increase is None:
+    if settings.space.max_ppl_increase is None:
         return None
-    if settings.ppl_text is not None:
-        path = Path(settings.ppl_text)
+    if settings.space.ppl_text is not None:
+        path = Path(settings.space.ppl_text)
         try:
             if not path.read_text(encoding="utf-8").strip():
                 raise SearchError(f"perplexity text {str(path)!r} is empty")

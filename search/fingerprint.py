@@ -73,59 +73,61 @@ def weights_fingerprint(folder: Path) -> str | None:
 def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
     """The settings that define a study's trials; a study is resumed only with equal ones."""
     ppl = None
-    if settings.max_ppl_increase is not None:
+    if settings.space.max_ppl_increase is not None:
         ppl = {
-            "text": file_identity(settings.ppl_text) if settings.ppl_text else "built-in",
-            "max_increase": settings.max_ppl_increase,
-            "windows": settings.ppl_windows,
-            "window_chars": settings.ppl_window_chars,
+            "text": file_identity(settings.space.ppl_text) if settings.space.ppl_text else "built-in",
+            "max_increase": settings.space.max_ppl_increase,
+            "windows": settings.space.ppl_windows,
+            "window_chars": settings.space.ppl_window_chars,
         }
     return {
         "version": FINGERPRINT_VERSION,
         "model": model_identity(settings.model.name),
-        "tokenizer": None if settings.tokenizer is None else model_identity(settings.tokenizer),
+        "tokenizer": None if settings.model.tokenizer is None else model_identity(settings.model.tokenizer),
         "dtype": dtype,
-        "task": settings.task_name,
-        "data": file_identity(settings.data) if settings.data else None,
-        "pairs": settings.pairs if isinstance(settings.pairs, int) else list(settings.pairs),
-        "positions": None if settings.positions is None else list(settings.positions),
-        "num_positions": settings.num_positions,
+        "task": settings.task.name,
+        "data": file_identity(settings.task.data) if settings.task.data else None,
+        "pairs": settings.task.pairs if isinstance(settings.task.pairs, int) else list(settings.task.pairs),
+        "positions": None if settings.task.positions is None else list(settings.task.positions),
+        "num_positions": settings.task.num_positions,
         "task_options": json.loads(
             dumps_json(settings.task.other_options(), where="task_options", sort_keys=True, default=str)
         ),
         "search_records": settings.search_records,
         "holdout_records": settings.holdout_records,
-        "data_seed": settings.data_seed,
+        "data_seed": settings.task.seed,
         "chat_template": settings.task.chat_template == "on",
-        "score": settings.score,
-        "k": settings.k,
+        "score": settings.objective.score,
+        "k": settings.objective.k,
         "objective": settings.objective.kind,
-        "position_weights": None if settings.position_weights is None else list(settings.position_weights),
-        "worst_weight": settings.worst_weight,
+        "position_weights": None
+        if settings.objective.position_weights is None
+        else list(settings.objective.position_weights),
+        "worst_weight": settings.objective.worst_weight,
         "space": {
-            "degree": settings.degree,
-            "x_mode": settings.x_mode,
-            "s_min": settings.s_min,
-            "s_max": settings.s_max,
-            "margin": settings.margin,
-            "endpoint_margin": settings.endpoint_margin,
+            "degree": settings.space.degree,
+            "x_mode": settings.space.x_mode,
+            "s_min": settings.space.s_min,
+            "s_max": settings.space.s_max,
+            "margin": settings.space.margin,
+            "endpoint_margin": settings.space.endpoint_margin,
         },
         "layer_bounds": [str(b) for b in settings.parsed_layer_bounds()],
-        "max_step": settings.max_step,
+        "max_step": settings.space.max_step,
         "user_constraints": [
-            f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', repr(c))}" for c in settings.constraints
+            f"{getattr(c, '__module__', '?')}.{getattr(c, '__qualname__', repr(c))}" for c in settings.space.constraints
         ],
         "uniform": settings.uniform_values(),
         "perplexity": ppl,
-        "race": {"ends": stage_ends(settings.search_records, settings.race), "z": settings.race_z},
+        "race": {"ends": stage_ends(settings.search_records, settings.study.race), "z": settings.study.race_z},
         "sampler": _named_sampler(settings),
     }
 
 
 def _named_sampler(settings: SearchSettings) -> str:
-    if settings.sampler is None:
+    if settings.study.sampler is None:
         raise ValueError("the settings name no sampler yet: pass them through resolve_sampler(settings, storage)")
-    return settings.sampler
+    return settings.study.sampler
 
 
 def read_stored_fingerprint(stored: Any) -> Any:

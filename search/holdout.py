@@ -51,8 +51,8 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
     accuracy: dict[str, np.ndarray] = {}
     tf_accuracy: dict[str, np.ndarray] = {}  # teacher-forced exact match (greedy's verdict without decoding)
     whole: dict[str, np.ndarray] = {}  # mean log-prob over every answer token (when the score keeps only k)
-    score_name = "answer" if settings.score == "soft" else settings.score
-    k_used = settings.k if settings.score == "logprob" else None
+    score_name = "answer" if settings.objective.score == "soft" else settings.objective.score
+    k_used = settings.objective.k if settings.objective.score == "logprob" else None
     configs_out: dict[str, HoldoutConfig] = {}
     k_selection: KSelectionSummary | None = None
     done: dict[tuple[float, ...], tuple[Any, Any]] = {}  # factors -> (scores, greedy accuracy): found may be a baseline
@@ -61,7 +61,9 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
         if key not in done:
             done[key] = (worker.evaluator.score(factors, task, keep_logprobs=True), None)
         scored = done[key][0]
-        if settings.score == "soft":  # the verdict stays in the benchmark's metric: accuracy, log-prob breaking ties
+        if (
+            settings.objective.score == "soft"
+        ):  # the verdict stays in the benchmark's metric: accuracy, log-prob breaking ties
             answer = answer_score(scored.exact, scored.logprob)
             scored = replace(scored, per_sample=answer, by_position=position_means(positions, answer))
         scores[name] = scored.per_sample
@@ -104,24 +106,24 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
     for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
         if a in scores and b in scores:
             pair: HoldoutDifferences = {
-                **differences_by_position_and_record(scores[a], scores[b], positions, ids, settings.seed)
+                **differences_by_position_and_record(scores[a], scores[b], positions, ids, settings.study.seed)
             }
             if a in accuracy and b in accuracy:
                 pair["accuracy"] = differences_by_position_and_record(
-                    accuracy[a], accuracy[b], positions, ids, settings.seed
+                    accuracy[a], accuracy[b], positions, ids, settings.study.seed
                 )
             if a in tf_accuracy and b in tf_accuracy:
                 pair["tf_accuracy"] = differences_by_position_and_record(
-                    tf_accuracy[a], tf_accuracy[b], positions, ids, settings.seed
+                    tf_accuracy[a], tf_accuracy[b], positions, ids, settings.study.seed
                 )
-            score_is_whole_logprob = settings.score == "logprob" and k_used is None
+            score_is_whole_logprob = settings.objective.score == "logprob" and k_used is None
             if a in whole and b in whole and not score_is_whole_logprob:
                 # the first-k score can rise while copying the rest of the answer gets worse: check it here
                 pair["whole_answer"] = differences_by_position_and_record(
-                    whole[a], whole[b], positions, ids, settings.seed
+                    whole[a], whole[b], positions, ids, settings.study.seed
                 )
             differences[f"{a}-{b}"] = pair
-    lengths = study_lengths(settings.pairs)
+    lengths = study_lengths(settings.task.pairs)
     by_length: dict[str, dict[str, PairedDifferences]] = {}
     for pairs in lengths if len(lengths) > 1 else ():  # each length's paired differences, on its own samples
         mask = length_mask(positions, pairs)
@@ -131,7 +133,7 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
                 scores[key.split("-")[1]][mask],
                 positions[mask],
                 [i for i, m in zip(ids, mask, strict=True) if m],
-                settings.seed,
+                settings.study.seed,
             )
             for key in differences
         }
@@ -140,7 +142,7 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
         "samples": len(task),
         "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
         "score": score_name,
-        "search_score": settings.score,
+        "search_score": settings.objective.score,
         "k": k_used,
         "configs": configs_out,
         "differences": differences,

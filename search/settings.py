@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rope_adapter.composed import FlatField, compose, fill_defaults, flat_fields, flatten, part, setting
+from rope_adapter.composed import compose, fill_defaults, flat_fields, flatten, part, setting
 from rope_adapter.json_types import JsonObject
 from rope_adapter.numbers import as_int
 from rope_adapter.scoring.settings_parts import ModelSettings, TaskSettings
@@ -60,10 +60,9 @@ class SearchSettings:
             out="runs/qwen",
         )
 
-    or with the flat names the command line uses: ``SearchSettings.flat(model=..., pairs=(50, 75), ...)``. A
-    setting reads under its flat name too (``settings.pairs`` is ``settings.task.pairs``, ``settings.data_seed`` is
-    ``settings.task.seed``), but for the parts themselves: ``settings.model`` is the model part, its name
-    ``settings.model.name``. Every field has a ``help`` text (the CLI's ``--help`` is built from them).
+    or with the flat names the command line uses: ``SearchSettings.flat(model=..., pairs=(50, 75), ...)``. A setting
+    is read from its part (``settings.task.pairs``, ``settings.study.trials``; :meth:`to_flat` gives them all by flat
+    name). Every field has a ``help`` text (the CLI's ``--help`` is built from them).
     """
 
     model: ModelSettings = part(
@@ -116,18 +115,6 @@ class SearchSettings:
     def updated(self, **values: Any) -> SearchSettings:
         """These settings with some changed, by flat name (checked again)."""
         return SearchSettings.flat(**{**self.to_flat(), **values})
-
-    def __getattr__(self, name: str) -> Any:
-        """Flat reads: a setting under its flat name (``settings.pairs``), but the parts' own names."""
-        entry = _FLAT_READS.get(name)
-        if entry is None or entry.part is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return getattr(getattr(self, entry.part), entry.field.name)
-
-    @property
-    def task_name(self) -> str:
-        """The registry name of the task (``task.name``)."""
-        return self.task.name
 
     def objective_spec(self) -> ObjectiveSpec:
         """Score kind, k and objective (several record lengths: the position weights repeated for each)."""
@@ -195,14 +182,6 @@ class SearchSettings:
                 f"several record lengths (--pairs {' '.join(map(str, task.pairs))}) need a task that generates its "
                 "records at a given length (kv_retrieval without --data); give one --pairs for this task"
             )
-
-
-_FLAT_READS: dict[str, FlatField] = {
-    name: entry
-    for name, entry in flat_fields(SearchSettings).items()
-    if entry.part is not None and name not in {f for f in SearchSettings.__dataclass_fields__}
-}
-"""The settings :meth:`SearchSettings.__getattr__` reads under their flat names."""
 
 
 def settings_help(name: str) -> str:

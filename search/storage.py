@@ -31,7 +31,7 @@ def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
     """``settings`` with its sampler named: the one it gives; else the one the study ``settings.study`` in
     ``storage`` was made with (NSGA-II for a study made before the sampler was a setting), so that a study resumes
     with the command that made it; else :data:`~search.samplers.DEFAULT_SAMPLER` for a new study."""
-    if settings.sampler is not None:
+    if settings.study.sampler is not None:
         return settings
     stored = None
     with contextlib.suppress(KeyError):

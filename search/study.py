@@ -13,7 +13,7 @@
    samples once, and run trials that only swap factors in place (:func:`rope_adapter.set_factors`). They share the
    study through its storage: a local SQLite file by default, or any Optuna RDB URL (PostgreSQL, MySQL), so
    workers on several machines can join one study by running the same command with the same ``--storage`` and
-   ``--study``. Each worker has its own seeded sampler (``settings.sampler``, :mod:`search.samplers`; seed from
+   ``--study``. Each worker has its own seeded sampler (``settings.study.sampler``, :mod:`search.samplers`; seed from
    ``seed``, the worker's index and the number of trials already in the study). A heartbeat marks the trial of a killed worker as failed once it is
    ``2 * heartbeat`` seconds stale, and its parameters are enqueued again.
 4. **Confirmation** (:mod:`search.confirm`): the best ``confirm_top`` searched curves and uniform factors on the
@@ -95,8 +95,8 @@ def check_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any 
         settings.space.bezier(),
         num_layers,
         settings.parsed_layer_bounds(),
-        settings.max_step,
-        tuple(settings.constraints),
+        settings.space.max_step,
+        tuple(settings.space.constraints),
     )
     try:
         constraints.check_feasible_space()
@@ -114,10 +114,12 @@ def check_stored_study(settings: SearchSettings) -> None:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite" or not parsed.database or not Path(parsed.database).is_file():
         return
-    storage = open_storage(url, settings.heartbeat)
+    storage = open_storage(url, settings.study.heartbeat)
     with quiet_optuna():
         settings = resolve_sampler(settings, storage)
-        fingerprint = study_fingerprint(settings, resolve_dtype(settings.dtype, resolve_device(settings.device)))
+        fingerprint = study_fingerprint(
+            settings, resolve_dtype(settings.model.dtype, resolve_device(settings.model.device))
+        )
         check_existing_study(storage, settings.study.name, fingerprint)
 
 
@@ -141,7 +143,7 @@ def run_search(settings: SearchSettings, *, model: Any = None, tokenizer: Any = 
 
 def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> SearchResult:
     started = time.time()
-    deadline = started + settings.budget if settings.budget is not None else None
+    deadline = started + settings.study.budget if settings.study.budget is not None else None
     check_search(settings, model=model, tokenizer=tokenizer)
     out = Path(settings.out)
     spec = settings.objective_spec()
@@ -151,11 +153,11 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
     try:  # the first writes: a failure here leaves no --out behind that this run made
         check_writable(out)
         perplexity_text_path(settings)
-        storage = open_storage(url, settings.heartbeat)
+        storage = open_storage(url, settings.study.heartbeat)
         with quiet_optuna(), storage_errors(shown_url):
             settings = resolve_sampler(settings, storage)  # a resumed study keeps its own; new ones get the default
-        device = resolve_device(settings.device)
-        dtype = resolve_dtype(settings.dtype, device)
+        device = resolve_device(settings.model.device)
+        dtype = resolve_dtype(settings.model.dtype, device)
         fingerprint = study_fingerprint(settings, dtype)
         check_existing_study(storage, settings.study.name, fingerprint)
         with quiet_optuna(), storage_errors(shown_url):
@@ -176,12 +178,12 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
     worker = make_worker(settings, 0, model=model, tokenizer=tokenizer)
     children: list[Any] = []
     errors = None
-    if settings.workers > 1:
+    if settings.study.workers > 1:
         context = mp.get_context("spawn")
         errors = context.Queue()
         go = context.Event()
         readies = []
-        for index in range(1, settings.workers):
+        for index in range(1, settings.study.workers):
             ready = context.Event()
             process = context.Process(
                 target=worker_entry, args=(settings, index, ready, go, errors, deadline), daemon=False
@@ -196,7 +198,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
 
     with quiet_optuna():
         done_before = len(complete_trials(optuna.load_study(study_name=settings.study.name, storage=storage)))
-    progress = TrialProgress(settings.progress, settings.trials, done_before, spec.names)
+    progress = TrialProgress(settings.progress, settings.study.trials, done_before, spec.names)
     search_started = time.time()
     try:
         with storage_errors(shown_url, during_search=True):
@@ -224,7 +226,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
         study = optuna.load_study(study_name=settings.study.name, storage=storage)
         trials = study.get_trials(deepcopy=False)
     spec_records = [report_mod.trial_record(t) for t in trials]
-    found, uniform, _ = report_mod.choose(spec_records, spec, settings.select)
+    found, uniform, _ = report_mod.choose(spec_records, spec, settings.objective.select)
     with storage_errors(shown_url, during_search=True):
         confirmation = run_confirmation(
             study,

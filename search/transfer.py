@@ -39,12 +39,14 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
     Returns ``{"copied": n, "skipped": [trial numbers], "enqueued": [uniform values]}``. Refuses (:class:`SearchError`,
     nothing written) a target study that exists, or a source made with other settings.
     """
-    if settings.sampler is None:  # the target is a new study
+    if settings.study.sampler is None:  # the target is a new study
         settings = settings.updated(sampler=DEFAULT_SAMPLER)
     fingerprint = study_fingerprint(settings, dtype)
     target_url = settings.storage_url()
     with quiet_optuna():
-        source = optuna.load_study(study_name=source_study, storage=open_storage(source_storage, settings.heartbeat))
+        source = optuna.load_study(
+            study_name=source_study, storage=open_storage(source_storage, settings.study.heartbeat)
+        )
         stored = read_stored_fingerprint(source.user_attrs.get(SETTINGS_ATTR))
         if stored is None:
             raise SearchError(f"study {source_study!r} holds no rope-adapter search settings: nothing to copy from")
@@ -54,9 +56,9 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
                 f"study {source_study!r} was made with other settings ({'; '.join(diff)}): its trials scored "
                 "something else and cannot be copied"
             )
-        if settings.storage is None:
+        if settings.study.storage is None:
             check_writable(Path(settings.out))
-        storage = open_storage(target_url, settings.heartbeat)
+        storage = open_storage(target_url, settings.study.heartbeat)
         if settings.study.name in optuna.get_all_study_names(storage):
             raise SearchError(
                 f"study {settings.study.name!r} exists in {redact_url(target_url)}: copy trials only into a new study"

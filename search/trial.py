@@ -36,7 +36,7 @@ def constraint_names(worker: Worker) -> list[str]:
     """Names of the constraint values a trial stores."""
     names = worker.constraints.names()
     if worker.base_nll is not None:
-        names.append(f"perplexity increase <= {worker.settings.max_ppl_increase:g}")
+        names.append(f"perplexity increase <= {worker.settings.space.max_ppl_increase:g}")
     return names
 
 
@@ -69,7 +69,7 @@ def make_objective(worker: Worker) -> Callable[[Any], tuple[float, ...]]:
         if worker.base_nll is not None:
             if feasible and factors is not None:
                 nll = worker.evaluator.nll(factors)
-                ppl_value = perplexity_constraint(nll, worker.base_nll, settings.max_ppl_increase or 0.0)
+                ppl_value = perplexity_constraint(nll, worker.base_nll, settings.space.max_ppl_increase or 0.0)
                 info["perplexity"] = {"ppl": math.exp(nll), "base_ppl": math.exp(worker.base_nll)}
                 values.append(ppl_value)
                 feasible = ppl_value <= 0
@@ -142,7 +142,7 @@ def _score_in_stages(trial: Any, worker: Worker, factors: np.ndarray) -> TrialSc
         check = paired_check(
             record_scores(scores, worker.sample_records, n),
             record_scores(reference["sample_scores"][: len(scores)], worker.sample_records, n),
-            settings.race_z,
+            settings.study.race_z,
         )
         checks.append(check.to_dict())
         if check.stop:
@@ -233,11 +233,11 @@ def record_constraints(trial: Any, worker: Worker, values: Sequence[float]) -> N
 
 
 def make_sampler(worker: Worker, existing_trials: int) -> tuple[Any, int]:
-    """The worker's seeded sampler (``settings.sampler``; seed from seed, worker index, trials so far); every sampler
+    """The worker's seeded sampler (``settings.study.sampler``; seed from seed, worker index, trials so far); every sampler
     reads each trial's constraint values as the objective recorded them (:func:`record_constraints`)."""
     settings = worker.settings
-    seed = sampler_seed(settings.seed, worker.index, existing_trials)
-    return build_sampler(settings.sampler, seed=seed, population=settings.population), seed
+    seed = sampler_seed(settings.study.seed, worker.index, existing_trials)
+    return build_sampler(settings.study.sampler, seed=seed, population=settings.study.population), seed
 
 
 def complete_trials(study: Any) -> list[Any]:
@@ -335,16 +335,16 @@ def run_worker(
         study = optuna.load_study(study_name=settings.study.name, storage=storage, sampler=sampler)
         done = len(complete_trials(study))
         callbacks: list[Callable] = []
-        if settings.trials is not None:
-            if done >= settings.trials:
+        if settings.study.trials is not None:
+            if done >= settings.study.trials:
                 return {"seed": seed, "ran": 0}
             callbacks.append(
-                optuna.study.MaxTrialsCallback(settings.trials, states=(optuna.trial.TrialState.COMPLETE,))
+                optuna.study.MaxTrialsCallback(settings.study.trials, states=(optuna.trial.TrialState.COMPLETE,))
             )
-        timeout = settings.timeout
+        timeout = settings.study.timeout
         if deadline is not None:
             holdout_samples = 0 if worker.holdout is None else len(worker.holdout)
-            configs = 3 * (2 if settings.holdout_accuracy and settings.score == "logprob" else 1)
+            configs = 3 * (2 if settings.holdout_accuracy and settings.objective.score == "logprob" else 1)
             callbacks.append(
                 _BudgetStop(
                     deadline,
@@ -359,10 +359,10 @@ def run_worker(
             if remaining <= 0:
                 return {"seed": seed, "ran": 0}
             timeout = remaining if timeout is None else min(timeout, remaining)
-        if settings.max_records is not None:
-            if records_scored(study.get_trials(deepcopy=False)) >= settings.max_records:
+        if settings.study.max_records is not None:
+            if records_scored(study.get_trials(deepcopy=False)) >= settings.study.max_records:
                 return {"seed": seed, "ran": 0}
-            callbacks.append(_RecordBudget(settings.max_records))
+            callbacks.append(_RecordBudget(settings.study.max_records))
         if progress is not None:
             callbacks.append(progress)
         before = done
@@ -391,7 +391,7 @@ def worker_entry(
     """Entry point of a spawned worker process."""
     try:
         worker = make_worker(settings, index, with_holdout=False)
-        storage = open_storage(settings.storage_url(), settings.heartbeat)
+        storage = open_storage(settings.storage_url(), settings.study.heartbeat)
         ready.set()
         go.wait()
         run_worker(worker, storage, deadline)

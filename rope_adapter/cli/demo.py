@@ -172,11 +172,11 @@ def check_steps(args: argparse.Namespace, search_argv: list[str]) -> None:
             f"--s-min {args.s_min:g} and --s-max {args.s_max:g} leave none of the uniform factors {DEFAULT_UNIFORM} "
             "that the held-out step compares with: widen the range"
         )
-    needed = 2 if settings.s_min <= 1.0 <= settings.s_max else 1
-    if settings.trials is None or settings.trials < needed:
+    needed = 2 if settings.space.s_min <= 1.0 <= settings.space.s_max else 1
+    if settings.study.trials is None or settings.study.trials < needed:
         raise CliError(
             f"--trials must be >= {needed}: the first trials are the baselines (the unscaled model when 1 is in "
-            f"range, then uniform factors), and the held-out step needs the best uniform one; got {settings.trials}"
+            f"range, then uniform factors), and the held-out step needs the best uniform one; got {settings.study.trials}"
         )
     _check_model_supported(settings.model.name)
     reference_adapter(args)

@@ -258,7 +258,7 @@ def test_record_sizes_and_answer_lengths_the_model_cannot_hold_are_refused_at_on
     assert main([*base, "--max-new-tokens", "100000"]) == 2
     assert "leaves no room for a prompt in the model's 512 positions" in capsys.readouterr().err
     assert main([*base, "--num-pairs", "100000"]) == 2
-    assert "--num-pairs 100000: the prompts are longer" in capsys.readouterr().err
+    assert "--pairs 100000: the prompts are longer" in capsys.readouterr().err  # the flag as search and eval name it
     assert not (tmp_path / "s").exists() and not (tmp_path / "e").exists()
 
 

@@ -75,7 +75,7 @@ def test_confirmation_chooses_on_its_own_records_and_resumes_without_rescoring(s
     settings, first = searched
     spec = settings.objective_spec()
     records = first.report["trials"]
-    top = candidates(records, spec, settings.select, 3)
+    top = candidates(records, spec, settings.objective.select, 3)
     assert len(top["searched"]) == 3 and len(top["uniform"]) >= 2
     assert first.chosen_trial == top["searched"][0]["number"]  # without confirmation: the search-set best
     favourite = {"searched": top["searched"][2]["factors"], "uniform": top["uniform"][1]["factors"]}
@@ -125,7 +125,7 @@ def test_confirmation_scores_with_the_model(searched):
     study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
     trials = study.get_trials()
     confirmation = run_confirmation(study, trials, worker, (first.chosen_trial, None))
-    top = candidates([trial_record(t) for t in trials], settings.objective_spec(), settings.select, 2)
+    top = candidates([trial_record(t) for t in trials], settings.objective_spec(), settings.objective.select, 2)
     assert [c["trial"] for c in confirmation["candidates"]] == [r["number"] for r in top["searched"] + top["uniform"]]
     expected = worker.evaluator.score(top["searched"][0]["factors"], worker.confirm).by_position
     got = confirmation["candidates"][0]["by_position"]

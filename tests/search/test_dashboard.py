@@ -55,7 +55,7 @@ def test_dashboard_shows_the_study_with_named_objectives(tmp_path, model_dir):
         detail = _get(port, f"/api/studies/{study['study_id']}")
         assert detail["objective_names"] == ["mean", "worst"]
         trials = detail["trials"]
-        assert len([t for t in trials if t["state"] == "Complete"]) >= settings.trials
+        assert len([t for t in trials if t["state"] == "Complete"]) >= settings.study.trials
         attrs = {a["key"]: a["value"] for a in trials[0]["user_attrs"]}
         assert attrs["baseline"] == "base" and json.loads(attrs["factors"]) == [1.0] * 4
         assert {"accuracy", "records_scored", "raced_out", "feasible", "lrs"} <= set(attrs)

@@ -23,13 +23,13 @@ from rope_adapter.search.worker import make_worker
 
 def test_pairs_takes_one_length_or_several(tmp_path, model_dir):
     one = small(tmp_path, model_dir, pairs=[3], sampler="gp")
-    assert one.pairs == 3 and isinstance(one.pairs, int)  # a list of one length is that length, as before
+    assert one.task.pairs == 3 and isinstance(one.task.pairs, int)  # a list of one length is that length, as before
     assert study_fingerprint(one, "float32")["pairs"] == 3
     several = small(tmp_path, model_dir, pairs=[3, 4], sampler="gp")
-    assert several.pairs == (3, 4)
+    assert several.task.pairs == (3, 4)
     assert study_fingerprint(several, "float32")["pairs"] == [3, 4]  # equal to what the study's JSON holds
-    assert settings_from_argv(["--pairs", "3", "--out", str(tmp_path)]).pairs == 3
-    assert settings_from_argv(["--pairs", "3", "4", "--out", str(tmp_path)]).pairs == (3, 4)
+    assert settings_from_argv(["--pairs", "3", "--out", str(tmp_path)]).task.pairs == 3
+    assert settings_from_argv(["--pairs", "3", "4", "--out", str(tmp_path)]).task.pairs == (3, 4)
     with pytest.raises(SearchError, match="pairs must be one or more different record lengths"):
         small(tmp_path, model_dir, pairs=[3, 3])
     with pytest.raises(SearchError, match="pairs must be integers >= 1"):

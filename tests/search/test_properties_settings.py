@@ -88,8 +88,8 @@ def test_search_settings_take_any_value_or_refuse_it_naming_the_field(name, valu
 @given(st.lists(st.floats(0.5, 2.0).flatmap(lambda x: st.sampled_from(real_forms(x))), max_size=4))
 def test_uniform_baselines_in_any_number_type_are_floats(values):
     settings = SearchSettings.flat(uniform=values)
-    assert all(type(u) is float for u in settings.uniform)
-    assert settings.uniform == tuple(float(v) for v in values)
+    assert all(type(u) is float for u in settings.space.uniform)
+    assert settings.space.uniform == tuple(float(v) for v in values)
     strict_json(settings_dict(settings))
 
 

@@ -97,7 +97,7 @@ def test_stopped_trials_are_complete_estimates_never_chosen(raced):
         assert info["records_scored"] == 4 and len(info["sample_scores"]) == 4 * 3
         assert by_number[number].state == optuna.trial.TrialState.COMPLETE  # seen by NSGA-II, not pruned
         check = info["race"]["checks"][-1]
-        assert check["stop"] and check["diff"] + settings.race_z * check["se"] < 0
+        assert check["stop"] and check["diff"] + settings.study.race_z * check["se"] < 0
         reference = infos[info["race"]["reference"]]
         assert not reference.get("raced_out") and reference["records_scored"] == 8
         # the recorded values are the partial means shifted by the reference's full - partial means

@@ -49,12 +49,12 @@ def test_each_sampler_runs_and_reports_itself(searches, name):
     settings, result, trials = searches[name]
     assert len([t for t in trials if t.state.name == "COMPLETE"]) == STARTUP_TRIALS + 3
     report = json.loads((Path(settings.out) / "search_report.json").read_text())
-    assert report["study"]["sampler"] == describe_sampler(name, settings.population)
+    assert report["study"]["sampler"] == describe_sampler(name, settings.study.population)
     assert report["settings"]["sampler"] == name
     config = json.loads((Path(settings.out) / "adapter" / "adapter_config.json").read_text())
     assert config["provenance"]["method"] == f"bezier-{name}"
     assert config["provenance"]["study"]["sampler"] == report["study"]["sampler"]
-    assert describe_sampler(name, settings.population) in (Path(settings.out) / "search_report.md").read_text()
+    assert describe_sampler(name, settings.study.population) in (Path(settings.out) / "search_report.md").read_text()
     study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
     assert study.user_attrs[storage_mod.SETTINGS_ATTR]["sampler"] == name
     # the proposals after the baselines are new points, not the baselines again
@@ -92,7 +92,7 @@ def test_the_gp_sampler_models_the_trials_after_startup(tmp_path, model_dir, mon
 
 def test_resuming_with_another_sampler_is_refused_with_the_way_out(searches, model_dir):
     settings, _, _ = searches["nsga2"]
-    other = small(Path(settings.out), model_dir, sampler="gp", trials=settings.trials + 1, degree=2, race=())
+    other = small(Path(settings.out), model_dir, sampler="gp", trials=settings.study.trials + 1, degree=2, race=())
     with pytest.raises(SearchError, match=r"sampler: 'nsga2' in the study, 'gp' now.*copy_trials"):
         run_search(other)
 
@@ -102,22 +102,22 @@ def test_resuming_without_a_sampler_keeps_the_study_s_own(searches, model_dir, t
     GP) resumes with the command that made it, and its report still names NSGA-II."""
     settings, _, _ = searches["nsga2"]
     shutil.copytree(settings.out, tmp_path / "copy")  # the fixture's study stays as it is for the other tests
-    again = small(tmp_path / "copy", model_dir, trials=settings.trials + 1, degree=2, race=())
-    assert again.sampler is None
+    again = small(tmp_path / "copy", model_dir, trials=settings.study.trials + 1, degree=2, race=())
+    assert again.study.sampler is None
     result = run_search(again)
     assert result.report["settings"]["sampler"] == "nsga2"
-    assert result.report["study"]["sampler"] == describe_sampler("nsga2", settings.population)
-    assert len([t for t in load_trials(again) if t.state.name == "COMPLETE"]) == settings.trials + 1
+    assert result.report["study"]["sampler"] == describe_sampler("nsga2", settings.study.population)
+    assert len([t for t in load_trials(again) if t.state.name == "COMPLETE"]) == settings.study.trials + 1
 
 
 def test_a_new_study_gets_the_default_sampler(tmp_path, model_dir):
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db")
-    assert settings.sampler is None
-    storage = open_storage(settings.storage)
-    assert storage_mod.resolve_sampler(settings, storage).sampler == DEFAULT_SAMPLER == "gp"
+    assert settings.study.sampler is None
+    storage = open_storage(settings.study.storage)
+    assert storage_mod.resolve_sampler(settings, storage).study.sampler == DEFAULT_SAMPLER == "gp"
     with pytest.raises(ValueError, match="resolve_sampler"):
         study_fingerprint(settings, "float32")
-    named = small(tmp_path, model_dir, storage=settings.storage, sampler="tpe")
+    named = small(tmp_path, model_dir, storage=settings.study.storage, sampler="tpe")
     assert storage_mod.resolve_sampler(named, storage) is named
 
 
@@ -125,12 +125,12 @@ def test_a_study_made_before_the_sampler_setting_resumes_as_nsga2(tmp_path, mode
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
     old = study_fingerprint(settings, "float32")
     del old["sampler"]
-    storage = open_storage(settings.storage)
+    storage = open_storage(settings.study.storage)
     storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space.bezier(), [])
     assert storage_mod.check_existing_study(storage, "lrs", study_fingerprint(settings, "float32"))
-    default = small(tmp_path, model_dir, storage=settings.storage, study="lrs")
-    assert storage_mod.resolve_sampler(default, storage).sampler == "nsga2"
-    gp = small(tmp_path, model_dir, storage=settings.storage, sampler="gp")
+    default = small(tmp_path, model_dir, storage=settings.study.storage, study="lrs")
+    assert storage_mod.resolve_sampler(default, storage).study.sampler == "nsga2"
+    gp = small(tmp_path, model_dir, storage=settings.study.storage, sampler="gp")
     with pytest.raises(SearchError, match=r"sampler: 'nsga2' in the study, 'gp' now"):
         storage_mod.check_existing_study(storage, "lrs", study_fingerprint(gp, "float32"))
 

@@ -88,7 +88,7 @@ def test_a_ranking_rescores_a_real_study_reproduces_its_means_and_resumes(rankin
     assert len(rows) == 4 and len({r["trial"] for r in rows}) == 4
     for row in rows:
         assert row["search"]["answer"] == pytest.approx(row["stored_search_mean"], abs=1e-5)
-        assert row["dtype"] == settings.dtype and row["seconds"] > 0
+        assert row["dtype"] == settings.model.dtype and row["seconds"] > 0
         assert 0.0 <= row["holdout_tf_accuracy"] <= 1.0
     data = json.loads((out / "score_ranking.json").read_text())
     assert data["study"]["trials_scored"] == 4 and data["trials_without_seconds"] == 0

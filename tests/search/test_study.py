@@ -230,7 +230,7 @@ def test_constraints_mark_infeasible_trials(finished):
     names = report["study"]["constraint_names"]
     assert names[:2] == ["factor >= s_min", "factor <= s_max"] and names[-1].startswith("perplexity")
     done = complete(trials)
-    assert len(done) >= settings.trials
+    assert len(done) >= settings.study.trials
     out_of_bounds = 0
     for t in done:
         info = t.user_attrs["lrs"]
@@ -238,7 +238,7 @@ def test_constraints_mark_infeasible_trials(finished):
         stored = [t.constraints[name] for name in names]
         assert stored == info["constraints"]
         factors = np.array(info["factors"])
-        outside = factors.min() < settings.s_min - 1e-12 or factors.max() > settings.s_max + 1e-12
+        outside = factors.min() < settings.space.s_min - 1e-12 or factors.max() > settings.space.s_max + 1e-12
         out_of_bounds += outside
         assert (stored[0] > 0 or stored[1] > 0) == outside
         feasible = all(c <= 0 for c in stored)
@@ -247,7 +247,7 @@ def test_constraints_mark_infeasible_trials(finished):
             assert all(v == -math.inf for v in t.values)  # ... and their values say so
         if info.get("perplexity"):
             ratio = info["perplexity"]["ppl"] / info["perplexity"]["base_ppl"]
-            assert (stored[-1] > 0) == (ratio - 1 > settings.max_ppl_increase)
+            assert (stored[-1] > 0) == (ratio - 1 > settings.space.max_ppl_increase)
     assert out_of_bounds > 0  # the margin makes the sampler propose curves outside [s_min, s_max]
     feasible_numbers = {r["number"] for r in report["trials"] if r["feasible"] and r["evaluated"]}
     assert set(report["pareto_front"]) <= feasible_numbers
@@ -263,10 +263,10 @@ def test_outputs_of_a_finished_search(finished):
     holdout = report["holdout"]
     assert set(holdout["configs"]) == {"base", "best_uniform", "found"}
     assert set(holdout["differences"]) == {"found-base", "found-best_uniform", "best_uniform-base"}
-    assert holdout["samples"] == settings.holdout_records * settings.num_positions
+    assert holdout["samples"] == settings.holdout_records * settings.task.num_positions
     for d in holdout["differences"].values():
         assert set(d["by_position"]) == {"0", "1", "2"} and "se" in d["mean"] and "accuracy" in d
-        if settings.k is not None:  # the first-k score is checked against the whole answer too
+        if settings.objective.k is not None:  # the first-k score is checked against the whole answer too
             assert set(d["whole_answer"]["by_position"]) == {"0", "1", "2"}
     assert "Over the whole answer" in holdout["verdict"] or "Warning: over the whole answer" in holdout["verdict"]
     assert "accuracy_by_position" in holdout["configs"]["found"] and "perplexity" in holdout["configs"]["base"]
@@ -278,13 +278,13 @@ def test_outputs_of_a_finished_search(finished):
 
 def test_an_existing_study_resumes_and_keeps_its_trials(finished, tmp_path):
     settings, _, before = finished
-    more = settings.updated(trials=settings.trials + 3)
+    more = settings.updated(trials=settings.study.trials + 3)
     run_search(more)
     after = load_trials(more)
     old = {t.number: t.values for t in complete(before)}
     new = {t.number: t.values for t in complete(after)}
     assert all(new[n] == v for n, v in old.items())
-    assert len(new) >= settings.trials + 3
+    assert len(new) >= settings.study.trials + 3
     assert min(set(new) - set(old)) > max(old)
     # trials=0 only rebuilds the outputs from the study
     again = run_search(settings.updated(trials=0))
@@ -361,9 +361,9 @@ def test_new_trials_sample_end_ys_within_the_bounds(finished):
     for t in complete(trials):
         for name in ("y0", f"y{space.degree}"):
             d = t.distributions[name]
-            assert (d.low, d.high) == (settings.s_min, settings.s_max)
+            assert (d.low, d.high) == (settings.space.s_min, settings.space.s_max)
         inner = t.distributions["y1"]
-        assert inner.low < settings.s_min and inner.high > settings.s_max
+        assert inner.low < settings.space.s_min and inner.high > settings.space.s_max
 
 
 def test_accuracy_score_and_no_holdout(tmp_path, model_dir):

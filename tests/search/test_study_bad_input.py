@@ -129,11 +129,11 @@ def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_marg
     settings = small(tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", sampler="nsga2")
     old = study_fingerprint(settings, "float32")
     del old["space"]["endpoint_margin"], old["sampler"]  # it was made before both settings existed
-    storage = open_storage(settings.storage)
+    storage = open_storage(settings.study.storage)
     storage_mod.create_or_load_study(storage, "lrs", ["maximize"], old, settings.space.bezier(), [])
     with pytest.raises(SearchError, match=r"space.endpoint_margin: True in the study, False now.*--endpoint-margin"):
         storage_mod.check_existing_study(storage, "lrs", study_fingerprint(settings, "float32"))
-    legacy = small(tmp_path, model_dir, storage=settings.storage, endpoint_margin=True, sampler="nsga2")
+    legacy = small(tmp_path, model_dir, storage=settings.study.storage, endpoint_margin=True, sampler="nsga2")
     assert storage_mod.check_existing_study(storage, "lrs", study_fingerprint(legacy, "float32"))
 
 

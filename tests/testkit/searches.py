@@ -38,17 +38,17 @@ def small(out: Path, model_dir: Path, **overrides) -> SearchSettings:
 def cli_args(settings: SearchSettings) -> list[str]:
     """The command line of the settings used by the subprocess tests."""
     args = [
-        "--model", settings.model.name, "--pairs", str(settings.pairs), "--num-positions", str(settings.num_positions),
+        "--model", settings.model.name, "--pairs", str(settings.task.pairs), "--num-positions", str(settings.task.num_positions),
         "--search-records", str(settings.search_records), "--holdout-records", str(settings.holdout_records),
-        "--trials", str(settings.trials), "--population", str(settings.population), "--s-max", str(settings.s_max),
-        "--device", "cpu", "--out", settings.out, "--heartbeat", str(settings.heartbeat), "--no-progress",
-        "--workers", str(settings.workers), "--study", settings.study.name,
+        "--trials", str(settings.study.trials), "--population", str(settings.study.population), "--s-max", str(settings.space.s_max),
+        "--device", "cpu", "--out", settings.out, "--heartbeat", str(settings.study.heartbeat), "--no-progress",
+        "--workers", str(settings.study.workers), "--study", settings.study.name,
         "--confirm-top", str(settings.confirm_top), "--confirm-records", str(settings.confirm_records),
     ]  # fmt: skip
-    if settings.sampler:
-        args += ["--sampler", settings.sampler]
-    if settings.storage:
-        args += ["--storage", settings.storage]
+    if settings.study.sampler:
+        args += ["--sampler", settings.study.sampler]
+    if settings.study.storage:
+        args += ["--storage", settings.study.storage]
     return args
 
 
@@ -101,7 +101,7 @@ def two_workers(settings: SearchSettings) -> None:
     assert process.returncode == 0, stderr
     trials = load_trials(settings)
     done = complete(trials)
-    assert len(done) >= settings.trials
+    assert len(done) >= settings.study.trials
     # Every trial was run by one of the two workers of this one study. Which of them ran how many is not part of
     # the design (one worker may finish all trials before the other has loaded its model), so it is not asserted.
     # a worker is "host:pid:wN": every trial by w0 or w1, each worker one process, and no two workers share one
