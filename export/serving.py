@@ -11,13 +11,13 @@ JSON files only.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TypedDict
 
 from rope_adapter.json_types import JsonValue
+from rope_adapter.records import read_json
 from rope_adapter.rope_settings import RopeParameters, rotaries
 
 logger = logging.getLogger(__name__)
@@ -75,9 +75,9 @@ def vllm_lengths(
 def note_vllm_length(folder: Path) -> VllmNote | None:
     """For a folder vLLM serves shorter than its full length: log what vLLM will do and return the note for
     ``lrs_export.json`` (else None). Writes nothing."""
-    config = json.loads((folder / "config.json").read_text())
+    config = read_json(folder / "config.json", dict)
     tokenizer_path = folder / "tokenizer_config.json"
-    tokenizer_config = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
+    tokenizer_config = read_json(tokenizer_path, dict) if tokenizer_path.is_file() else None
     lengths = vllm_lengths(config, tokenizer_config)
     if lengths is None or lengths[1] >= lengths[0]:
         return None
