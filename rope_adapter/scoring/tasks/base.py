@@ -171,6 +171,14 @@ def check_positions(positions: Sequence[int], num_slots: int, what: str) -> list
     return positions
 
 
+def pick_positions(positions: Sequence[int] | None, num_slots: int, num_positions: int, what: str) -> list[int]:
+    """The gold positions a task scores: ``positions`` checked against ``0 .. num_slots - 1`` (:func:`check_positions`,
+    ``what`` names the slots), or ``num_positions`` evenly spaced when None (:func:`evenly_spaced_positions`)."""
+    if positions is None:
+        return evenly_spaced_positions(num_slots, num_positions)
+    return check_positions(positions, num_slots, what)
+
+
 def split_records(records: Sequence[R], n_search: int, n_holdout: int, seed: int = 0) -> tuple[list[R], list[R]]:
     """Disjoint search and held-out subsets of the records, drawn by a seeded shuffle.
 

@@ -31,16 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .base import (
-    Sample,
-    Task,
-    check_positions,
-    evenly_spaced_positions,
-    optional_task_int,
-    read_jsonl,
-    task_int,
-    task_positions,
-)
+from .base import Sample, Task, optional_task_int, pick_positions, read_jsonl, task_int, task_positions
 from .registry import TaskError, register_task
 
 KV_INSTRUCTION = "Extract the value corresponding to the specified key in the JSON object below."
@@ -154,9 +145,7 @@ class KVRetrievalTask(Task):
             raise FileNotFoundError(f"KV retrieval data file {self.data_path!r} does not exist")
 
     def _check(self, num_pairs: int) -> list[int]:
-        if self.positions is None:
-            return evenly_spaced_positions(num_pairs, self.num_positions)
-        return check_positions(self.positions, num_pairs, "key-value pairs")
+        return pick_positions(self.positions, num_pairs, self.num_positions, "key-value pairs")
 
     def gold_positions(self, records: Sequence[KVRecord]) -> list[int]:
         """The gold positions used for these records (validated against the shortest record)."""

@@ -33,16 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from .base import (
-    Sample,
-    Task,
-    check_positions,
-    evenly_spaced_positions,
-    optional_task_int,
-    read_jsonl,
-    task_int,
-    task_positions,
-)
+from .base import Sample, Task, optional_task_int, pick_positions, read_jsonl, task_int, task_positions
 from .registry import TaskError, register_task
 
 QA_INSTRUCTION = (
@@ -149,9 +140,7 @@ class MDQATask(Task):
 
     def gold_positions(self) -> list[int]:
         """Gold document indices (validated)."""
-        if self.positions is None:
-            return evenly_spaced_positions(self.num_documents, self.num_positions)
-        return check_positions(self.positions, self.num_documents, "documents")
+        return pick_positions(self.positions, self.num_documents, self.num_positions, "documents")
 
     def load_records(self) -> list[QARecord]:
         """Read the file, find each gold document and complete the distractors (see the module docstring)."""
