@@ -8,6 +8,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import tomllib
@@ -355,22 +356,35 @@ def _writes(path: Path) -> list[tuple[int, str, str]]:
     return found
 
 
+def _assert_no_bypass(
+    roots: tuple[str, ...],
+    module: str,
+    scan: Callable[[Path], list[tuple[int, str, str]]],
+    allowed: dict[tuple[str, str], str],
+    headline: str,
+) -> None:
+    """Fail, under ``headline``, with ``file:line in function: what`` for every hit of ``scan`` in the Python files
+    below ``roots`` (``module`` itself and committed results aside) that ``allowed`` does not list by (file,
+    function)."""
+    offenders = []
+    for root in roots:
+        for path in sorted((ROOT / root).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel == module or "results/" in rel:
+                continue
+            offenders += [
+                f"{rel}:{line} in {function}: {what}"
+                for line, function, what in scan(path)
+                if (rel, function) not in allowed
+            ]
+    assert not offenders, headline + ":\n" + "\n".join(offenders)
+
+
 def test_every_file_write_goes_through_the_one_module():
     """A write that opens a file for writing, writes a Path, dumps JSON, saves tensors or a figure, copies or
     renames anything, anywhere but rope_adapter/files.py (temporary file, fsync, the umask's mode, rename), is a
     fault: a partial file on a full disk, a 0600 file, a bare NaN. The allowed exceptions say why."""
-    offenders = []
-    for root in WRITE_ROOTS:
-        for path in sorted((ROOT / root).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if rel == WRITE_MODULE or "results/" in rel:
-                continue
-            offenders += [
-                f"{rel}:{line} in {function}: {what}"
-                for line, function, what in _writes(path)
-                if (rel, function) not in WRITES_ALLOWED
-            ]
-    assert not offenders, "writes that bypass rope_adapter.files:\n" + "\n".join(offenders)
+    _assert_no_bypass(WRITE_ROOTS, WRITE_MODULE, _writes, WRITES_ALLOWED, "writes that bypass rope_adapter.files")
 
 
 def test_the_write_scan_finds_each_kind_of_write(tmp_path):
@@ -456,15 +470,9 @@ def test_every_json_read_goes_through_the_records_module():
     """json.load/json.loads take NaN and Infinity and check nothing: every JSON file the package reads goes through
     rope_adapter/records.py (strict JSON, the typed record, one RecordFileError naming the file and the field). The
     allowed exceptions say why."""
-    offenders = [
-        f"{rel}:{line} in {function}: {what}"
-        for root in READ_ROOTS
-        for path in sorted((ROOT / root).rglob("*.py"))
-        if (rel := path.relative_to(ROOT).as_posix()) != READ_MODULE
-        for line, function, what in _json_reads(path)
-        if (rel, function) not in READS_ALLOWED
-    ]
-    assert not offenders, "JSON reads that bypass rope_adapter.records:\n" + "\n".join(offenders)
+    _assert_no_bypass(
+        READ_ROOTS, READ_MODULE, _json_reads, READS_ALLOWED, "JSON reads that bypass rope_adapter.records"
+    )
 
 
 def test_the_read_scan_finds_each_kind_of_read(tmp_path):
