@@ -18,9 +18,10 @@ from typing import Any, Literal, cast
 
 from rope_adapter import read_adapter_factors
 from rope_adapter.embedded.loading import embedded_hub_id
-from rope_adapter.errors import LrsError
+from rope_adapter.errors import LrsError, RecordFileError
 from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
 from rope_adapter.export.staging import ExportError
+from rope_adapter.json_types import JsonObject
 from rope_adapter.provenance import Provenance
 from rope_adapter.records import check_record, read_json
 from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
@@ -77,14 +78,11 @@ class FolderInfo:
     factors_source: tuple[str, str] = (ADAPTER_CONFIG, "factors")  # file and key the factors are read from
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> JsonObject:
     try:
-        data = read_json(path)
-    except ValueError as exc:  # a RecordFileError naming the file
+        return read_json(path, JsonObject)
+    except RecordFileError as exc:
         raise CardError(str(exc)) from None
-    if not isinstance(data, dict):
-        raise CardError(f"{path}: expected a JSON object, found {type(data).__name__}")
-    return data
 
 
 def detect_kind(folder: str | Path) -> Literal["adapter", "model"]:

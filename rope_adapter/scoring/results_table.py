@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from rope_adapter import files
-from rope_adapter.errors import LrsError
+from rope_adapter.errors import LrsError, RecordFileError
+from rope_adapter.json_types import JsonObject
 from rope_adapter.records import read_json
 
 from .intervals import CONFIDENCE, difference_from_se, proportion_interval
@@ -72,6 +73,8 @@ class Cell:
     n: int | None = None
 
 
+# Kept apart from Cell: a mean and a paired difference are different records with their own JSON keys (``mean``;
+# ``diff`` and ``verdict``); a shared base would have to put the interval before the value.
 @dataclass(frozen=True)
 class Diff:
     """A paired difference ``variant - against`` with its interval, sample count and verdict."""
@@ -221,11 +224,9 @@ class ResultsTable:
         if file.is_dir():
             file = file / RESULTS_TABLE_NAME
         try:
-            data = read_json(file)
-        except ValueError as exc:  # a RecordFileError naming the file
+            data = read_json(file, JsonObject)
+        except RecordFileError as exc:
             raise ResultsTableError(str(exc)) from None
-        if not isinstance(data, dict):
-            raise ResultsTableError(f"{file}: expected a JSON object")
         try:
             return cls.from_dict(data)
         except ResultsTableError as exc:
