@@ -224,6 +224,8 @@ def as_reals(
     ]
 
 
+# The signature repeats as_reals' keywords (those that apply to whole numbers) on purpose: each checker states its
+# own options in full rather than passing **kwargs on.
 def as_ints(
     values: Any,
     name: str,

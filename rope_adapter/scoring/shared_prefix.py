@@ -197,6 +197,7 @@ def prepare(
         max_new_tokens = max(len(f) - st for f, st in zip(full_ids, starts, strict=True)) + generation_slack
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    # Alike in shape only to prefix_cache.continuation_pass's model call (keyword arguments, one a line).
     return TokenizedTask(
         samples=samples,
         full_ids=full_ids,

@@ -15,6 +15,8 @@ class LrsNames:
     base_config_class: str  # "LlamaConfig"
     base_model_class: str  # "LlamaForCausalLM"
 
+    # Kept apart from embedded.registry.WheelPart, which these properties resemble in shape only: names derived
+    # from a string each, for different things.
     @property
     def model_type(self) -> str:
         return self.base_model_type + MODEL_TYPE_SUFFIX  # "llama_lrs"

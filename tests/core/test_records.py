@@ -31,7 +31,7 @@ class _Outer(TypedDict, total=False):
     note: str | None
 
 
-@pytest.mark.parametrize(
+@pytest.mark.parametrize(  # a test table: one row per kind of mismatch, alike in shape by design
     ("text", "field", "problem"),
     [
         ('{"a": NaN}', "", "is not valid JSON"),
