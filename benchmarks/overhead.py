@@ -18,6 +18,10 @@ the base rotary, one layer's hook; fastest of 2,000 calls) and gives the ratio t
 CPU time. Writes JSON and Markdown into its result folder (default: benchmarks/results/overhead/overhead.json and .md):
 
     .venv/bin/python benchmarks/overhead.py [--sizes tiny,smollm2-135m,qwen2.5-0.5b] [--repeats N] [--threads 1]
+
+On a GPU (``--device cuda``, ``--dtype bfloat16`` as models are served there) every timing waits for the device
+(``torch.cuda.synchronize``) before reading the clock, peak memory is the CUDA allocator's peak in this process,
+and the "CPU time" columns are the host thread's time (launching kernels and waiting for them).
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ from rope_adapter.layer import LayerHook
 
 REPEATS = {"tiny": (9, 5), "smollm2-135m": (5, 2), "qwen2.5-0.5b": (3, 1)}
 """Default runs per variant (prefill up to 1k and decode, prefill beyond 1k): what fits ~20 minutes on 1 core."""
+CUDA_REPEATS = (30, 20)
+"""Default runs per variant on a GPU, every size: a forward there takes milliseconds."""
+
+DEVICE, DTYPE = torch.device("cpu"), torch.float32
+"""Where the models run and their dtype (``--device``, ``--dtype``); set once by ``main`` (or a child process)."""
 
 SIZES = {
     "tiny": (
@@ -71,7 +80,7 @@ SIZES = {
 def build(size: str) -> torch.nn.Module:
     model_cls, config_cls, kwargs = SIZES[size]
     torch.manual_seed(0)
-    return model_cls(config_cls(max_position_embeddings=32768, **kwargs)).eval()
+    return model_cls(config_cls(max_position_embeddings=32768, **kwargs)).eval().to(DEVICE, DTYPE)
 
 
 def factors(num_layers: int) -> list[float]:
@@ -88,13 +97,16 @@ def random_cache(config, batch: int, context: int) -> DynamicCache:
     gen = torch.Generator().manual_seed(0)
     for layer in range(config.num_hidden_layers):
         shape = (batch, config.num_key_value_heads, context, head_dim)
-        cache.update(torch.randn(shape, generator=gen), torch.randn(shape, generator=gen), layer)
+        keys, values = (torch.randn(shape, generator=gen).to(DEVICE, DTYPE) for _ in range(2))
+        cache.update(keys, values, layer)
     return cache
 
 
 def clocks() -> tuple[float, float]:
     """Wall-clock time and this thread's CPU time (with one torch thread all the work runs on it; CPU time leaves
-    out the time spent waiting for a core on a shared machine)."""
+    out the time spent waiting for a core on a shared machine). On a GPU, after the device has finished its work."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
     return time.perf_counter(), time.thread_time()
 
 
@@ -178,9 +190,9 @@ def fastest(fn, calls: int = 2000) -> float:
     """The fastest of many short calls: a busy machine rarely interrupts one, so this is the work itself."""
     best = float("inf")
     for _ in range(calls):
-        start = time.perf_counter()
+        start = clocks()[0]
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clocks()[0] - start)
     return best
 
 
@@ -189,7 +201,8 @@ def added_per_step(adapter, batch: int, position: int) -> dict:
     """The adapter's own work in one decode step, timed alone: its rotary wrapper against the base rotary, plus
     one decoder layer's hook (the module call with the hook against the same call without) times the layers."""
     layers = adapter.config.num_hidden_layers
-    x, pid = torch.zeros(batch, 1, adapter.config.hidden_size), torch.tensor([[position]])
+    x = torch.zeros(batch, 1, adapter.config.hidden_size, device=DEVICE, dtype=DTYPE)
+    pid = torch.tensor([[position]], device=DEVICE)
     wrapper = rope_adapter.find_rope_site(adapter).backbone.rotary_emb
     pe = wrapper(x, pid)
     plain, hooked = Identity(), Identity()
@@ -200,7 +213,8 @@ def added_per_step(adapter, batch: int, position: int) -> dict:
 
 
 def measure_size(size: str, args: argparse.Namespace) -> dict:
-    short, long = args.repeats or REPEATS[size][0], args.long_repeats or REPEATS[size][1]
+    default = CUDA_REPEATS if DEVICE.type == "cuda" else REPEATS[size]
+    short, long = args.repeats or default[0], args.long_repeats or default[1]
     variants = OneModel(build(size))
     assert rope_adapter.get_factors(variants["adapter"])[-1] == 1.5
     config = variants["base"].config
@@ -208,7 +222,7 @@ def measure_size(size: str, args: argparse.Namespace) -> dict:
     result: dict = {"load_before": load_average(), "layers": config.num_hidden_layers, "repeats": [short, long]}
     result["rows"] = {}
     for length in args.lengths:
-        ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(length))
+        ids = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(length)).to(DEVICE)
         for name in variants:  # warm-up
             prefill_seconds(variants[name], ids[:, :512])
         repeats = short if length <= 1024 else long
@@ -217,7 +231,7 @@ def measure_size(size: str, args: argparse.Namespace) -> dict:
         print(f"{size} prefill {length}: {brief(row)}", flush=True)
     for batch in args.batches:
         cache = random_cache(config, batch, args.decode_context)
-        tokens = torch.randint(0, vocab, (batch, 1), generator=torch.Generator().manual_seed(batch))
+        tokens = torch.randint(0, vocab, (batch, 1), generator=torch.Generator().manual_seed(batch)).to(DEVICE)
         for name in variants:
             decode_seconds(variants[name], cache, tokens, 2)
         row = interleaved(lambda m, c=cache, t=tokens, n=args.decode_steps: decode_seconds(m, c, t, n), variants, short)
@@ -243,7 +257,7 @@ def compile_check(args: argparse.Namespace) -> dict:
     """torch.compile on the tiny model: graphs and breaks, agreement with eager, prefill at 1k against eager."""
     from torch._dynamo.utils import counters
 
-    ids = torch.randint(0, 32000, (1, 1024), generator=torch.Generator().manual_seed(7))
+    ids = torch.randint(0, 32000, (1, 1024), generator=torch.Generator().manual_seed(7)).to(DEVICE)
     eager = {"base": build("tiny"), "adapter": with_adapter(build("tiny"))}
     compiled, info = {}, {}
     for name, model in eager.items():
@@ -259,7 +273,8 @@ def compile_check(args: argparse.Namespace) -> dict:
     with torch.inference_mode():
         got = compiled["adapter"](input_ids=ids, logits_to_keep=1, use_cache=False).logits
         want = eager["adapter"](input_ids=ids, logits_to_keep=1, use_cache=False).logits
-    run, repeats = prefill_seconds, args.repeats or REPEATS["tiny"][1]
+    run = prefill_seconds
+    repeats = args.repeats or (CUDA_REPEATS if DEVICE.type == "cuda" else REPEATS["tiny"])[1]
     rows = {
         "compiled adapter vs compiled base": interleaved(lambda m: run(m, ids), compiled, repeats),
         "compiled base vs eager base": interleaved(
@@ -296,12 +311,41 @@ def memory_child(variant: str, length: int) -> None:
     print(files.dumps_json({"before_bytes": before, "peak_bytes": _rss()[1]}))
 
 
-def memory(lengths: list[int], threads: int) -> dict:
+def cuda_peak(variant: str, length: int) -> dict:
+    """On a GPU: the CUDA allocator's bytes in use before a prefill of ``length`` tokens and its peak during it."""
+    model = build("smollm2-135m")
+    if variant == "adapter":
+        model = with_adapter(model)
+    ids = torch.randint(0, 49152, (1, length), generator=torch.Generator().manual_seed(0)).to(DEVICE)
+    prefill_seconds(model, ids[:, :16])
+    torch.cuda.reset_peak_memory_stats(DEVICE)
+    before = torch.cuda.memory_allocated(DEVICE)
+    prefill_seconds(model, ids)
+    peak = torch.cuda.max_memory_allocated(DEVICE)
+    del model
+    torch.cuda.empty_cache()
+    return {"before_bytes": before, "peak_bytes": peak}
+
+
+def memory(lengths: list[int], args: argparse.Namespace) -> dict:
     out = {}
     for length in lengths:
         row = {}
         for variant in ("base", "adapter"):
-            cmd = [sys.executable, __file__, "--child", variant, "--lengths", str(length), "--threads", str(threads)]
+            if DEVICE.type == "cuda":
+                row[variant] = cuda_peak(variant, length)
+                continue
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                variant,
+                "--lengths",
+                str(length),
+                "--threads",
+                str(args.threads),
+            ]
+            cmd += ["--dtype", args.dtype]
             done = subprocess.run(cmd, capture_output=True, text=True, check=True)
             row[variant] = json.loads(done.stdout.strip().splitlines()[-1])
         row["ratio"] = row["adapter"]["peak_bytes"] / row["base"]["peak_bytes"]
@@ -327,20 +371,25 @@ def main() -> None:
     parser.add_argument("--memory-lengths", default="128,1024", help="prefill lengths for peak memory ('' skips)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile check")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype")
     parser.add_argument("--out", type=Path, default=RESULTS / "overhead", help="result folder")
     parser.add_argument("--child", choices=["base", "adapter"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    global DEVICE, DTYPE
+    DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.batches = [int(x) for x in args.batches.split(",")]
     if args.child:
         memory_child(args.child, args.lengths[-1])
         return
     started = time.time()
-    results: dict = {"machine": cpu_info(), "load_start": load_average(), "settings": vars(args) | {"out": None}}
+    machine = cpu_info() | ({"gpu": torch.cuda.get_device_name(DEVICE)} if DEVICE.type == "cuda" else {})
+    results: dict = {"machine": machine, "load_start": load_average(), "settings": vars(args) | {"out": None}}
     results["sizes"] = {size: measure_size(size, args) for size in args.sizes.split(",")}
     if args.memory_lengths:
-        results["memory"] = memory([int(x) for x in args.memory_lengths.split(",")], args.threads)
+        results["memory"] = memory([int(x) for x in args.memory_lengths.split(",")], args)
     if not args.no_compile:
         results["compile"] = compile_check(args)
     results["load_end"] = load_average()

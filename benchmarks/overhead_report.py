@@ -30,11 +30,18 @@ def markdown(results: dict) -> str:
     target = results["target"]["fastest_ratio_max"]
     settings = results["settings"]
     machine = results["machine"]
+    where = (
+        f"GPU: {machine['gpu']}, {settings.get('dtype', 'float32')}, torch {machine['torch']}; host CPU "
+        f"{machine.get('cpu_model', '?')}. Every timing waits for the GPU; the CPU-time columns are the host thread's"
+        " time (launching kernels and waiting for them)."
+        if "gpu" in machine
+        else f"CPU: {machine.get('cpu_model', '?')}, {machine['cpus_visible']} visible, torch {machine['torch']} with "
+        f"{settings['threads']} thread(s), {settings.get('dtype', 'float32')}."
+    )
     lines = [
         "# Inference cost of the adapter (`benchmarks/overhead.py`)",
         "",
-        f"CPU: {machine.get('cpu_model', '?')}, {machine['cpus_visible']} visible, torch {machine['torch']} with "
-        f"{settings['threads']} thread(s). Load average (1/5/15 min) at the start {results['load_start']}, at the "
+        f"{where} Load average (1/5/15 min) at the start {results['load_start']}, at the "
         f"end {results['load_end']}; {results['minutes']:.1f} minutes in all. Random weights in the real shapes, "
         "one different factor per layer (the first 1.0). Base and adapter runs interleaved, the order alternating; "
         "N runs each (per size below). Decode: "
@@ -73,7 +80,9 @@ def markdown(results: dict) -> str:
     ]
     if "memory" in results:
         lines += [
-            "## Peak memory (SmolLM2 shape, fresh process, resident set during one prefill)",
+            "## Peak memory (SmolLM2 shape, "
+            + ("CUDA allocator's peak" if "gpu" in machine else "fresh process, resident set")
+            + " during one prefill)",
             "",
             "| prefill tokens | base peak (MiB) | adapter peak (MiB) | ratio | the prefill adds: base / adapter (MiB) |",
             "|---|---|---|---|---|",

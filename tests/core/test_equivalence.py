@@ -39,6 +39,22 @@ def test_uniform_factor_equals_native_linear_scaling(arch):
     assert torch.equal(model(IDS).logits, reference)
 
 
+def weights_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The parameters cast to ``dtype`` and the buffers (``inv_freq``) left in float32, as
+    ``from_pretrained(..., dtype=dtype)`` loads a model (``model.to(dtype)`` would round ``inv_freq`` too)."""
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_uniform_factor_equals_native_linear_scaling_in_bfloat16(arch):
+    base = tiny_model(arch)
+    reference = weights_in(native_linear(base, 1.37), torch.bfloat16)(IDS).logits
+    model = get_peft_model(weights_in(copy.deepcopy(base), torch.bfloat16), LrsConfig(factors=1.37))
+    assert torch.equal(model(IDS).logits, reference)
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_ones_and_disabled_adapter_equal_the_plain_model(arch):
     base = tiny_model(arch)

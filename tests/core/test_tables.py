@@ -112,6 +112,21 @@ def test_the_batch_is_made_exactly_up_to_the_memory_bound(monkeypatch):
         assert (outputs[-1].pairs is not None) == batched, budget
 
 
+def test_an_accelerator_batches_up_to_its_own_larger_bound():
+    """Off the CPU the batch bound is ACCELERATOR_TABLE_BUDGET: a prompt that takes the per-layer path on the CPU is
+    batched there (meta tensors stand in for a GPU's: the decision depends on the device type alone)."""
+    assert tables.table_budget(torch.device("cpu")) == tables.TABLE_BUDGET
+    for device in ("cuda", "cuda:1", "xpu", "mps", "meta"):
+        assert tables.table_budget(torch.device(device)) == tables.ACCELERATOR_TABLE_BUDGET
+    plan = tables.make_plan(torch.tensor(FACTORS), None, None)  # 2 groups: 1.6 and 2.5
+    tokens = tables.TABLE_BUDGET // (2 * 16) + 1  # one token over the CPU bound at rotary_dim 16
+    for device, batched in (("cpu", False), ("meta", True)):
+        positions = torch.zeros(1, tokens, dtype=torch.long, device=device)
+        base = (torch.zeros(1, tokens, 16, device=device), torch.zeros(1, tokens, 16, device=device))
+        out = tables.layer_tables(base, positions, torch.ones(8, device=device), 1.0, plan, "half")
+        assert (out.pairs is not None) == batched, device
+
+
 def test_gemma3_computes_only_the_tables_of_the_layer_type_it_serves():
     base = tiny_model("gemma3_text", num_layers=len(FACTORS))  # layers 1, 3, 5 full attention, 0, 2, 4 sliding
     model = adapted(base)
