@@ -10,10 +10,11 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rope_adapter.embedded.registry import find_embedded
 from rope_adapter.files import dumps_json
+from rope_adapter.json_types import JsonObject
 
 from .racing import stage_ends
 from .samplers import LEGACY_SAMPLER
@@ -25,7 +26,82 @@ WEIGHT_SAMPLES = 64
 """Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
 
 
-def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
+class FileIdentity(TypedDict):
+    """A file as a fingerprint names it."""
+
+    name: str  # the file's name, its folder left out
+    sha256: str
+
+
+class FolderIdentity(TypedDict):
+    """A local model folder as a fingerprint names it (see :func:`model_identity`)."""
+
+    folder: str  # the folder's name
+    config: str | None  # sha256 of its config.json
+    weights: str | None  # weights_fingerprint
+
+
+class PerplexityGuard(TypedDict):
+    """The perplexity guard's settings in a fingerprint."""
+
+    text: FileIdentity | str  # "built-in" for the built-in text
+    max_increase: float
+    windows: int
+    window_chars: int
+
+
+class SpaceFingerprint(TypedDict):
+    """The Bezier space's settings in a fingerprint."""
+
+    degree: int
+    x_mode: str
+    s_min: float
+    s_max: float
+    margin: float
+    endpoint_margin: bool
+
+
+class RaceFingerprint(TypedDict):
+    """Racing's stages in a fingerprint."""
+
+    ends: list[int]
+    z: float
+
+
+class StudyFingerprint(TypedDict):
+    """What :func:`study_fingerprint` writes and a study stores (its JSON keys); a study made by an older version
+    may lack ``space.endpoint_margin`` and ``sampler`` (:func:`read_stored_fingerprint` fills them)."""
+
+    version: int
+    model: FolderIdentity | str
+    tokenizer: FolderIdentity | str | None
+    dtype: str
+    task: str
+    data: FileIdentity | None
+    pairs: int | list[int]
+    positions: list[int] | None
+    num_positions: int | None
+    task_options: JsonObject
+    search_records: int
+    holdout_records: int
+    data_seed: int
+    chat_template: bool
+    score: str
+    k: int | None
+    objective: str
+    position_weights: list[float] | None
+    worst_weight: float
+    space: SpaceFingerprint
+    layer_bounds: list[str]
+    max_step: float | None
+    user_constraints: list[str]
+    uniform: list[float]
+    perplexity: PerplexityGuard | None
+    race: RaceFingerprint
+    sampler: str
+
+
+def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
     """A file as its name and sha256 (its folder left out)."""
     p = Path(path)
     digest = hashlib.sha256()
@@ -35,7 +111,7 @@ def file_identity(path: str | os.PathLike[str]) -> dict[str, Any]:
     return {"name": p.name, "sha256": digest.hexdigest()}
 
 
-def model_identity(name: str) -> Any:
+def model_identity(name: str) -> FolderIdentity | str:
     """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
     machines with other paths to the same model can share a study), anything else by its name."""
     path = Path(name).expanduser()
@@ -70,9 +146,9 @@ def weights_fingerprint(folder: Path) -> str | None:
     return digest.hexdigest()
 
 
-def study_fingerprint(settings: SearchSettings, dtype: str) -> dict[str, Any]:
+def study_fingerprint(settings: SearchSettings, dtype: str) -> StudyFingerprint:
     """The settings that define a study's trials; a study is resumed only with equal ones."""
-    ppl = None
+    ppl: PerplexityGuard | None = None
     if settings.space.max_ppl_increase is not None:
         ppl = {
             "text": file_identity(settings.space.ppl_text) if settings.space.ppl_text else "built-in",

@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 import optuna
 
+from rope_adapter.json_types import JsonValue
+
 from .bezier import BezierSpace
-from .fingerprint import fingerprint_differences, read_stored_fingerprint
+from .fingerprint import StudyFingerprint, fingerprint_differences, read_stored_fingerprint
 from .samplers import DEFAULT_SAMPLER
 from .settings import SearchError, SearchSettings
 
@@ -41,8 +43,9 @@ def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
     return settings.updated(sampler=sampler if isinstance(sampler, str) else DEFAULT_SAMPLER)
 
 
-def _wait_for_settings(study: Any, seconds: float = 30.0) -> dict[str, Any] | None:
-    """The settings of a study another process has just created (it writes them right after creating it)."""
+def _wait_for_settings(study: Any, seconds: float = 30.0) -> JsonValue:
+    """The settings of a study another process has just created (it writes them right after creating it), as the
+    study stores them (unchecked: read_stored_fingerprint and the comparison look at them); None when it has none."""
     deadline = time.monotonic() + seconds
     while True:
         stored = study.user_attrs.get(SETTINGS_ATTR)
@@ -51,7 +54,7 @@ def _wait_for_settings(study: Any, seconds: float = 30.0) -> dict[str, Any] | No
         time.sleep(0.5)
 
 
-def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -> bool:
+def check_existing_study(storage: Any, name: str, fingerprint: StudyFingerprint) -> bool:
     """True when the study exists (with equal settings); :class:`SearchError` when it exists with others."""
     try:
         study = optuna.load_study(study_name=name, storage=storage)
@@ -77,6 +80,11 @@ def check_existing_study(storage: Any, name: str, fingerprint: dict[str, Any]) -
                 " (the model folder has the same name and config but other weights than the study's: its trials "
                 "scored another model)"
             )
+        if any(d.startswith("num_positions") for d in diff):
+            hint += (
+                " (kv_retrieval now scores 25 gold positions per record by default, or every position of a shorter "
+                "record; a study made with the earlier default resumes with --num-positions 5)"
+            )
         if any(d.startswith("sampler") for d in diff):
             hint += (
                 " (the sampler is part of a study: resume it with the sampler it was made with; to go on with another "
@@ -99,7 +107,7 @@ def create_or_load_study(
     storage: Any,
     name: str,
     directions: Sequence[str],
-    fingerprint: dict[str, Any],
+    fingerprint: StudyFingerprint,
     space: BezierSpace,
     uniform: Sequence[float],
 ) -> bool:
