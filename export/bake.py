@@ -31,6 +31,7 @@ import rope_adapter
 from rope_adapter import LrsConfig, files, find_rope_site, get_factors, load_lrs_config
 from rope_adapter.api import check_adapter_folder
 from rope_adapter.embedded.loading import resolve_model_path
+from rope_adapter.json_types import JsonObject
 from rope_adapter.records import read_json
 from rope_adapter.rope_settings import RopeSettings
 from rope_adapter.standalone import (
@@ -316,7 +317,7 @@ def _write_config(
     folder: Path, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float], source: _Source
 ) -> str:
     path = folder / "config.json"
-    config = read_json(path, dict[str, Any])
+    config = read_json(path, JsonObject)
     base_type = config["model_type"]
     if plan.format == NATIVE:
         config["rope_parameters"] = plan.rope_parameters

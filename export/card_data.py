@@ -20,10 +20,12 @@ from rope_adapter import read_adapter_factors
 from rope_adapter.embedded.loading import embedded_hub_id
 from rope_adapter.errors import LrsError, RecordFileError
 from rope_adapter.export.reading import SIDECAR_NAME, read_exported_factors
+from rope_adapter.export.sidecar import Verification
 from rope_adapter.export.staging import ExportError
 from rope_adapter.json_types import JsonObject
 from rope_adapter.provenance import Provenance
 from rope_adapter.records import check_record, read_json
+from rope_adapter.rope_settings import RopeSettings
 from rope_adapter.scoring.results_table import RECORD_KEY, RESULTS_TABLE_NAME, ResultsTable, ResultsTableError
 
 __all__ = [
@@ -62,10 +64,10 @@ class FolderInfo:
     folder: Path
     factors: list[float]
     num_layers: int
-    config: dict[str, Any]
+    config: JsonObject  # adapter_config.json or config.json as the folder holds it
     base_model: str | None = None  # as recorded: Hub id or local path (see public_base_model)
     base_model_type: str | None = None
-    base_rope_parameters: dict[str, Any] | None = None
+    base_rope_parameters: RopeSettings | None = None
     head_dim: int | None = None
     rotary_dim: int | None = None
     provenance: Provenance | None = None  # as a search wrote it (rope_adapter.provenance), or the user's own
@@ -74,7 +76,7 @@ class FolderInfo:
     left_out: list[str] = field(default_factory=list)  # "NAME (why)" for everything else in the folder
     custom_code: bool = False  # exported model that needs trust_remote_code
     code_files: list[str] = field(default_factory=list)
-    verification: dict[str, Any] | None = None  # exported model: the exporter's check against the adapter
+    verification: Verification | None = None  # exported model: the exporter's check against the adapter
     factors_source: tuple[str, str] = (ADAPTER_CONFIG, "factors")  # file and key the factors are read from
 
 

@@ -4,37 +4,59 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 import rope_adapter
 from rope_adapter import LrsError
+from rope_adapter.json_types import JsonObject
 from rope_adapter.records import read_json
+from rope_adapter.rope_settings import RopeSettings
 from rope_adapter.standalone import unwrap_rope_parameters
 
 from .plan import CUSTOM_CODE, NATIVE
+from .sidecar import Verification
 from .staging import ExportError
 
 SIDECAR_NAME = "lrs_export.json"
 """Written into every exported folder: factors, base model, provenance and the verification result."""
 
 
-def read_exported_factors(folder: str | os.PathLike) -> dict[str, Any]:
+class ExportedFactors(TypedDict):
+    """What :func:`read_exported_factors` gives: the keys of ``rope-adapter info``'s adapter record
+    (:class:`~rope_adapter.cli.info.AdapterInfo`) and the export's own (``format``, ``model_type``,
+    ``verification``), each as the folder's files hold it."""
+
+    kind: Literal["exported-model"]
+    path: str
+    format: Literal["native", "custom-code"]
+    model_type: str | None
+    base_model: str | None
+    base_model_type: str | None
+    num_layers: int
+    head_dim: int | None
+    base_rope_parameters: RopeSettings | None
+    factors: list[float]
+    provenance: JsonObject | None
+    verification: Verification | None
+
+
+def read_exported_factors(folder: str | os.PathLike) -> ExportedFactors:
     """Factors, base model and provenance of a folder written by :func:`export_model` (for ``rope-adapter info``).
 
-    Reads only JSON files. Keys: kind ("exported-model"), path, format, model_type, base_model, base_model_type,
-    num_layers, head_dim, base_rope_parameters, factors, provenance, verification.
+    Reads only JSON files: config.json and the sidecar, each checked to be a JSON object (their keys are read one by
+    one, as an older or a hand-edited folder holds them).
     """
     folder = Path(folder)
     config_file = folder / "config.json"
     try:
-        config = read_json(config_file, dict[str, Any])
+        config = read_json(config_file, JsonObject)
     except ValueError as exc:  # a RecordFileError naming the file
         raise ExportError(str(exc)) from exc
     sidecar_file = folder / SIDECAR_NAME
-    sidecar: dict[str, Any] = {}
+    sidecar: JsonObject = {}
     if sidecar_file.is_file():
         try:
-            sidecar = read_json(sidecar_file, dict[str, Any])
+            sidecar = read_json(sidecar_file, JsonObject)
         except ValueError as exc:  # a RecordFileError naming the file
             raise ExportError(str(exc)) from exc
     if "lrs_factors" in config:

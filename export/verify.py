@@ -8,13 +8,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import torch
 from peft import PeftModel
 from transformers import PreTrainedModel
 
 from rope_adapter import files
+from rope_adapter.json_types import JsonObject
 from rope_adapter.records import read_json
 
 from .staging import ExportVerificationError, die_with_parent
@@ -63,7 +63,7 @@ def verify_export(
     1e-4 for float32 models, 1e-2 for half precision) or the folder does not load.
     """
     folder = Path(folder)
-    config = read_json(folder / "config.json", dict[str, Any])
+    config = read_json(folder / "config.json", JsonObject)
     base = model.get_base_model() if isinstance(model, PeftModel) else model
     dtype = base.dtype
     if atol is None:

@@ -39,9 +39,10 @@ def loads_json(
     missing_ok: Collection[str] = (), field: str = "",
 ) -> Any:  # fmt: skip
     """Parse ``text`` as strict JSON (no ``NaN``/``Infinity``) and check it against ``record`` (a TypedDict or a
-    type such as ``dict[str, Any]``; None checks nothing). ``null_numbers``: a ``float`` field may be null (the
-    writer stores a non-finite number as null); ``missing_ok``: fields an older writer did not write; ``field``:
-    where ``text`` sits in the file (``"line 3"`` of a JSON-lines file), the start of every field path."""
+    type such as :data:`~rope_adapter.json_types.JsonObject`; None checks nothing). ``null_numbers``: a ``float``
+    field may be null (the writer stores a non-finite number as null); ``missing_ok``: fields an older writer did not
+    write; ``field``: where ``text`` sits in the file (``"line 3"`` of a JSON-lines file), the start of every field
+    path."""
     try:
         value = json.loads(text, parse_constant=refuse_constant)
     except ValueError as exc:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from rope_adapter import read_adapter_factors
 from rope_adapter.export import read_exported_factors
+from rope_adapter.export.reading import ExportedFactors
 from rope_adapter.files import dumps_json
 from rope_adapter.json_types import JsonObject
 from rope_adapter.rope_settings import RopeSettings
@@ -38,9 +39,9 @@ class AdapterInfo(TypedDict):
     provenance: JsonObject | None  # how the factors were found, as the adapter records it
 
 
-def describe(path: str) -> AdapterInfo | dict[str, Any]:
+def describe(path: str) -> AdapterInfo | ExportedFactors:
     """What `info` shows: an adapter's :class:`AdapterInfo`, or an exported folder's factors
-    (:func:`rope_adapter.export.read_exported_factors`: the same keys and the export's own)."""
+    (:class:`~rope_adapter.export.reading.ExportedFactors`: the same keys and the export's own)."""
     folder = Path(path)
     if folder.is_dir() and (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
         return read_exported_factors(folder)
