@@ -39,7 +39,7 @@ def open_storage(url: str, heartbeat: int = 30) -> Any:
             f"storage {shown!r} is not a database URL; use sqlite:///path/study.db or "
             "postgresql+psycopg2://user:password@host:5432/db"
         ) from None
-    engine_kwargs: dict[str, Any] = {}
+    engine_kwargs: dict[str, Any] = {}  # keywords of SQLAlchemy's create_engine, which optuna passes on
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         database = parsed.database or ""

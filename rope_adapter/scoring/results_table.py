@@ -134,7 +134,7 @@ class ResultsTable:
     confidence: float = CONFIDENCE
     records: int | None = None
     samples: int | None = None
-    task_options: dict[str, Any] = field(default_factory=dict)
+    task_options: dict[str, Any] = field(default_factory=dict)  # the task's own settings by name: an open mapping
     notes: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -158,7 +158,8 @@ class ResultsTable:
         return matches[0] if matches else None
 
     # ---- (de)serialisation
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
+        """The table as ``results_table.json`` holds it (what :meth:`from_dict` reads)."""
         data = asdict(self)
         data.pop("schema_version")
         return {"schema": SCHEMA, "schema_version": self.schema_version, **data}

@@ -110,7 +110,8 @@ class Task(ABC):
     @classmethod
     def length_overflow(cls, options: dict[str, Any], max_positions: int | None) -> str | None:
         """Why records made with these settings cannot fit ``max_positions`` positions whatever the tokenizer
-        (known from the settings alone, before a record is made), or None."""
+        (known from the settings alone, before a record is made), or None. ``options``: the task's settings by
+        field name as given, before the task checks them (an open mapping: each task has its own fields)."""
         return None
 
     @classmethod
