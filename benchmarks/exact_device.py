@@ -1,6 +1,6 @@
-"""On a device (default: a GPU): the adapter at a uniform factor equals transformers' native linear RoPE scaling bit for bit (prefill
-logits and greedy decoding with a KV cache), every tiny architecture, float32 and bfloat16; and per-layer factors
-give the same logits on the device as on the CPU (float32, to rounding). Tiny random models from the tests'
+"""On a device (default: a GPU): the adapter at a uniform factor equals transformers' native linear RoPE scaling
+bit for bit (prefill logits and greedy decoding with a KV cache), every tiny architecture, float32 and bfloat16;
+and per-layer factors give the same logits on the device as on the CPU (float32, to rounding). Tiny random models from the tests'
 testkit; writes one JSON row per (architecture, dtype):
 
     python benchmarks/exact_device.py [--device cuda] [--out benchmarks/results/overhead_h200/exact_cuda.json]
@@ -8,37 +8,15 @@ testkit; writes one JSON row per (architecture, dtype):
 
 import argparse
 import copy
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import ARCHITECTURES, tiny_model
-from transformers import AutoModelForCausalLM
+from testkit.tiny_models import ARCHITECTURES, native_linear, tiny_model, weights_in
 
 from rope_adapter import LrsConfig, files
-
-
-def native_linear(base, factor):
-    config = copy.deepcopy(base.config)
-    params = config.rope_parameters
-    targets = params.values() if all(isinstance(v, dict) for v in params.values()) else [params]
-    for p in targets:
-        previous = float(p.get("factor", 1.0)) if p.get("rope_type") == "linear" else 1.0
-        p.update(rope_type="linear", factor=previous * factor)
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(base.state_dict())
-    return model.eval()
-
-
-def params_to(model, dtype):
-    """Parameters in ``dtype``, buffers (inv_freq) left in float32: as from_pretrained(dtype=...) loads a model."""
-    for p in model.parameters():
-        p.data = p.data.to(dtype)
-    return model
-
 
 parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--device", default="cuda")
@@ -50,8 +28,8 @@ rows = []
 for arch in ARCHITECTURES:
     for dtype in (torch.float32, torch.bfloat16):
         base = tiny_model(arch)
-        ref = params_to(native_linear(base, 1.37).to(dev), dtype)
-        model = get_peft_model(params_to(copy.deepcopy(base).to(dev), dtype), LrsConfig(factors=1.37))
+        ref = weights_in(native_linear(base, 1.37).to(dev), dtype)
+        model = get_peft_model(weights_in(copy.deepcopy(base).to(dev), dtype), LrsConfig(factors=1.37))
         with torch.inference_mode():
             same_logits = torch.equal(model(ids).logits, ref(ids).logits)
             kw = dict(max_new_tokens=24, do_sample=False, pad_token_id=0)
@@ -67,7 +45,7 @@ for arch in ARCHITECTURES:
                 diff = (cpu(ids.cpu()).logits - gpu(ids).logits.cpu()).abs().max().item()
             row["per_layer_cpu_vs_gpu_max_abs"] = diff
         rows.append(row)
-        print(json.dumps(row), flush=True)
+        print(files.dumps_json(row), flush=True)
 ok = all(r["logits_equal"] and r["greedy_equal"] for r in rows)
 print("ALL EQUAL" if ok else "NOT ALL EQUAL")
 files.write_json(args.out, rows, indent=1)

@@ -69,7 +69,7 @@ class SearchSettings:
         ModelSettings, "The model and how it runs.", dtype="auto", max_batch_tokens=4096
     )  # fmt: skip
     task: TaskSettings = part(
-        TaskSettings, "The task and its records.", pairs=SEARCH_DEFAULT_PAIRS, num_positions=5
+        TaskSettings, "The task and its records.", pairs=SEARCH_DEFAULT_PAIRS
     )  # fmt: skip
     objective: ObjectiveSettings = part(ObjectiveSettings, "The objective values and the chosen trial.")
     space: SpaceSettings = part(SpaceSettings, "The search space and its constraints.")
@@ -163,7 +163,13 @@ class SearchSettings:
             raise SearchError(f"race: {exc}") from None
         weights = self.objective.position_weights
         if weights is not None:
-            count = len(self.task.positions) if self.task.positions is not None else self.task.num_positions
+            count = self.task.position_count()
+            if count is None:
+                raise SearchError(
+                    f"{len(weights)} position weights, but the number of gold positions is known only from the "
+                    "records (or differs between lengths): give the positions (--positions P1 P2 ...) or their "
+                    "number (--num-positions N) with --position-weights"
+                )
             if len(weights) != count:
                 raise SearchError(
                     f"{len(weights)} position weights for {count} gold positions: give one weight per "

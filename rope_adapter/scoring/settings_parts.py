@@ -110,7 +110,11 @@ class TaskSettings:
         group=TASK_GROUP,
     )
     num_positions: int | None = setting(
-        None, "number of evenly spaced default gold positions (default 5)", task_option=True, group=TASK_GROUP
+        None,
+        "number of evenly spaced gold positions (default: kv_retrieval 25, or every position of a record with fewer "
+        "pairs; mdqa and passkey 5)",
+        task_option=True,
+        group=TASK_GROUP,
     )
     seed: int = setting(
         0,
@@ -223,6 +227,25 @@ class TaskSettings:
             if why is not None:
                 return (f"--pairs {length}: " if length is not None else "") + f"{why}; give fewer pairs"
         return None
+
+    def position_count(self) -> int | None:
+        """How many gold positions each record is scored at, where the settings alone say and it is the same at
+        every record length (``Task.default_position_count`` when neither positions nor their number is given);
+        None where only the records tell."""
+        if self.positions is not None:
+            return len(self.positions)
+        if self.num_positions is not None:
+            return self.num_positions
+        cls = self.task_class()
+        known = set(task_options(self.name))
+        options = {k: v for k, v in self.given_options().items() if k in known}
+        counts = {
+            cls.default_position_count(
+                options if n is None or _PAIRS_OPTION not in known else {**options, _PAIRS_OPTION: n}
+            )
+            for n in self.record_lengths or (None,)
+        }
+        return counts.pop() if len(counts) == 1 else None
 
     def chat(self, tokenizer: Any) -> bool:
         """Whether the prompts go through the tokenizer's chat template (auto: when it has one)."""

@@ -7,26 +7,12 @@ import copy
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import ARCHITECTURES, tiny_model
-from transformers import AutoModelForCausalLM
+from testkit.tiny_models import ARCHITECTURES, native_linear, tiny_model, weights_in
 
 import rope_adapter
 from rope_adapter import LrsConfig
 
 IDS = torch.randint(3, 250, (2, 96), generator=torch.Generator().manual_seed(0))
-
-
-def native_linear(base, factor: float):
-    """The same weights under transformers' own linear RoPE scaling with ``factor``."""
-    config = copy.deepcopy(base.config)
-    params = config.rope_parameters
-    targets = params.values() if all(isinstance(v, dict) for v in params.values()) else [params]
-    for p in targets:
-        previous = float(p.get("factor", 1.0)) if p.get("rope_type") == "linear" else 1.0
-        p.update(rope_type="linear", factor=previous * factor)
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(base.state_dict())
-    return model.eval()
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
@@ -37,14 +23,6 @@ def test_uniform_factor_equals_native_linear_scaling(arch):
     assert (reference - plain).abs().max() > 1e-2, "the test model must be sensitive to RoPE scaling"
     model = get_peft_model(copy.deepcopy(base), LrsConfig(factors=1.37))
     assert torch.equal(model(IDS).logits, reference)
-
-
-def weights_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """The parameters cast to ``dtype`` and the buffers (``inv_freq``) left in float32, as
-    ``from_pretrained(..., dtype=dtype)`` loads a model (``model.to(dtype)`` would round ``inv_freq`` too)."""
-    for p in model.parameters():
-        p.data = p.data.to(dtype)
-    return model
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -136,8 +136,9 @@ def test_the_parts_are_search_s_and_the_old_names_are_read_once():
     assert task.name == "kv_retrieval"
     composed = EvalSettings(model=ModelSettings(name="m", dtype="float32"), task=task)
     assert composed == EvalSettings.flat(model="m", task="kv_retrieval", num_pairs=12, seed=7, task_args=task.options)
-    # the same part serves both; search fills what is left to the command (5 gold positions), the part unchanged
-    assert SearchSettings(task=task).task == dataclasses.replace(task, num_positions=5)
+    # the same part serves both; search fills what is left to the command (20 pairs: given here), the part unchanged
+    assert SearchSettings(task=task).task == task
+    assert SearchSettings(task=dataclasses.replace(task, pairs=None)).task == dataclasses.replace(task, pairs=20)
     assert task.num_positions is None
     with pytest.raises(TypeError, match="'num_pairs' is 'pairs', given twice"):
         EvalSettings.flat(pairs=3, num_pairs=3)

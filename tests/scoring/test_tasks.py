@@ -148,11 +148,13 @@ def test_kv_prompt_is_the_benchmark_prompt():
 
 def test_kv_from_file_shares_one_prefix_per_record(tmp_path):
     path, rows = kv_file(tmp_path)
-    task = KVRetrievalTask(data_path=path)
+    task = KVRetrievalTask(data_path=path, num_positions=5)
     records = task.load_records()
     assert len(records) == 4
     samples = task.build_samples(records)
     assert len(samples) == 4 * 5
+    # by default 25 gold positions, or every pair of a shorter record (these have 20)
+    assert [s.position for s in KVRetrievalTask(data_path=path).build_samples(records[:1])] == list(range(20))
     first = samples[:5]
     assert [s.position for s in first] == [0, 5, 10, 14, 19]
     assert len({s.prefix for s in first}) == 1 and len({s.query for s in first}) == 5

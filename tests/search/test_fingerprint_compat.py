@@ -169,9 +169,9 @@ def test_the_same_settings_give_the_same_fingerprint_however_they_are_written():
     passkey = SearchSettings.flat(task="passkey", num_filler=60, sampler="gp")
     as_option = SearchSettings.flat(task="passkey", task_options={"num_filler": 60}, sampler="gp")
     assert study_fingerprint(passkey, "float32") == study_fingerprint(as_option, "float32")
-    # a part left to the command gets the search's own defaults, recorded as every study made before recorded them
+    # a part left to the command gets the search's own defaults (the number of gold positions: the task's own)
     alone = SearchSettings(task=TaskSettings(name="passkey"), study=StudySettings(sampler="gp"))
-    assert study_fingerprint(alone, "float32")["pairs"] == 20 and alone.task.num_positions == 5
+    assert study_fingerprint(alone, "float32")["pairs"] == 20 and alone.task.num_positions is None
 
 
 def _readme_command(folder: Path) -> list[str] | None:

@@ -137,6 +137,26 @@ def test_a_study_made_before_end_ys_were_bounded_resumes_only_with_endpoint_marg
     assert storage_mod.check_existing_study(storage, "lrs", study_fingerprint(legacy, "float32"))
 
 
+def test_a_study_made_with_the_earlier_default_of_five_positions_resumes_with_num_positions_5(tmp_path, model_dir):
+    """Made when kv_retrieval's default was 5 gold positions (stored as 5): the default now (the task's own, 25 or
+    every position of a shorter record) is refused with the flag that resumes it."""
+    from rope_adapter.search import storage as storage_mod
+    from rope_adapter.search.fingerprint import study_fingerprint
+    from rope_adapter.search.storage_url import open_storage
+
+    earlier = small(
+        tmp_path, model_dir, storage=f"sqlite:///{tmp_path}/study.db", pairs=6, num_positions=5, sampler="gp"
+    )
+    storage = open_storage(earlier.study.storage)
+    fingerprint = study_fingerprint(earlier, "float32")
+    storage_mod.create_or_load_study(storage, "lrs", ["maximize"], fingerprint, earlier.space.bezier(), [])
+    now = small(tmp_path, model_dir, storage=earlier.study.storage, pairs=6, num_positions=None, sampler="gp")
+    assert now.task.num_positions is None
+    with pytest.raises(SearchError, match=r"num_positions: 5 in the study, None now.*--num-positions 5"):
+        storage_mod.check_existing_study(storage, "lrs", study_fingerprint(now, "float32"))
+    assert storage_mod.check_existing_study(storage, "lrs", fingerprint)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -166,7 +186,9 @@ def test_bad_settings_fail_before_loading(tmp_path, model_dir, no_model_load, ov
         ({"trials": "5"}, "trials must be an integer, got '5'"),
         ({"pairs": True}, "pairs must be an integer"),
         ({"s_max": float("inf")}, "s_max must be a finite number"),
-        ({"position_weights": (1.0, 2.0)}, "2 position weights for 5 gold positions"),
+        ({"position_weights": (1.0, 2.0)}, "2 position weights for 20 gold positions"),
+        ({"pairs": 30, "position_weights": (1.0, 2.0)}, "2 position weights for 25 gold positions"),
+        ({"pairs": (10, 30), "position_weights": (1.0,)}, "known only from the records"),
         ({"positions": (0, 4), "position_weights": (1.0, 2.0, 3.0)}, "3 position weights for 2 gold positions"),
         ({"k": 0}, "k must be"),
         ({"race": 0.5}, "race must be a list"),
@@ -186,7 +208,7 @@ def test_cli_refuses_wrong_weight_count_before_any_output(tmp_path, model_dir, n
     out = tmp_path / "never"
     assert main(["search", "--model", str(model_dir), "--position-weights", "1", "2", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "2 position weights for 5 gold positions" in err and len(err.strip().splitlines()) == 1
+    assert "2 position weights for 20 gold positions" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,24 @@ def byte_tokenizer() -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", padding_side="left"
     )
+
+
+def native_linear(base: PreTrainedModel, factor: float) -> PreTrainedModel:
+    """The same weights under transformers' own linear RoPE scaling with ``factor``."""
+    config = copy.deepcopy(base.config)
+    params = config.rope_parameters
+    targets = params.values() if all(isinstance(v, dict) for v in params.values()) else [params]
+    for p in targets:
+        previous = float(p.get("factor", 1.0)) if p.get("rope_type") == "linear" else 1.0
+        p.update(rope_type="linear", factor=previous * factor)
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(base.state_dict())
+    return model.eval()
+
+
+def weights_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """The parameters cast to ``dtype`` and the buffers (``inv_freq``) left in float32, as
+    ``from_pretrained(..., dtype=dtype)`` loads a model (``model.to(dtype)`` would round ``inv_freq`` too)."""
+    for p in model.parameters():
+        p.data = p.data.to(dtype)
+    return model

@@ -115,6 +115,14 @@ class Task(ABC):
         return None
 
     @classmethod
+    def default_position_count(cls, options: dict[str, Any]) -> int | None:
+        """How many gold positions a record is scored at when ``options`` give neither ``positions`` nor
+        ``num_positions``, where the settings alone say (None where only the records tell): the task's
+        ``num_positions`` default."""
+        default = {f.name: f.default for f in dataclasses.fields(cls)}.get("num_positions")
+        return default if isinstance(default, int) else None
+
+    @classmethod
     def generates_records(cls, options: dict[str, Any]) -> bool:
         """Whether the task generates its records (from a seed) with these options, rather than reading a file."""
         return "data_path" not in {f.name for f in dataclasses.fields(cls)} or options.get("data_path") is None
