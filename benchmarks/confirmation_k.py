@@ -29,13 +29,15 @@ the observed gap of the search-set best.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import optuna
 from result_files import RESULTS, write_summary
+
+from rope_adapter.json_types import JsonObject
+from rope_adapter.records import loads_json
 
 STUDIES = {
     "qwen_50pairs_gp": RESULTS / "search_qwen_50pairs_gp_bf16" / "study.db",
@@ -136,7 +138,8 @@ def rescored_check() -> dict[str, Any] | None:
     """The re-scored Qwen trials: the held-out accuracy of the top-K by search score and of the search-set best."""
     if not RESCORED.is_file():
         return None
-    rows = [json.loads(line) for line in RESCORED.read_text().splitlines() if line.strip()]
+    lines = enumerate(RESCORED.read_text(encoding="utf-8").splitlines(), 1)
+    rows = [loads_json(line, RESCORED, JsonObject, field=f"line {n}") for n, line in lines if line.strip()]
     rows = [r for r in rows if r.get("baseline") != "base"]
     rows.sort(key=lambda r: -r["search"]["answer"])
     best = rows[0]

@@ -12,13 +12,13 @@ refused. Writes ``<out>.json`` and ``<out>.md``.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rope_adapter import files
+from rope_adapter.evaluate.evaluation import load_results
 
 Key = tuple[str, str, int]
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--metric", default="tf_accuracy", help="the 0/1 verdict to compare (default tf_accuracy)")
     parser.add_argument("--out", type=Path, required=True, help="output path without suffix (.json and .md)")
     args = parser.parse_args(argv)
-    a, b = json.loads(args.a.read_text()), json.loads(args.b.read_text())
+    a, b = load_results(args.a), load_results(args.b)
     rows = agreement(a, b, args.metric)
     result = {"a": str(args.a), "b": str(args.b), "metric": args.metric, "variants": rows}
     lines = [

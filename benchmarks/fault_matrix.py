@@ -12,7 +12,6 @@ the invariants (the user's files byte for byte, no temporary left, strict JSON, 
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from scrub_paths import scrub
 from testkit.faults import COMMANDS, Cell, Runner, make_inputs, matrix, run_cell
 
 from rope_adapter import files
+from rope_adapter.records import loads_json
 
 
 def run_matrix(commands: tuple[str, ...], work: Path, log=print) -> dict:
@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         report = run_matrix(tuple(args.commands), work)
     folder = RESULTS / args.name
     folder.mkdir(parents=True, exist_ok=True)
-    report = json.loads(scrub(files.dumps_json(report, where="fault matrix report"), [str(work)]))  # no local paths
+    text = scrub(files.dumps_json(report, where="fault matrix report"), [str(work)])  # no local paths
+    report = loads_json(text, "fault matrix report")
     files.write_json(result_file(folder, ".json"), report)
     files.write_text(result_file(folder, ".md"), markdown(report))
     print(f"{report['runs']} runs, {report['runs_with_violations']} with a violation -> {result_file(folder, '.md')}")

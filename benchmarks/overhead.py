@@ -27,7 +27,6 @@ and the "CPU time" columns are the host thread's time (launching kernels and wai
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Confi
 import rope_adapter
 from rope_adapter import LrsConfig, files
 from rope_adapter.layer import LayerHook
+from rope_adapter.records import loads_json
 
 REPEATS = {"tiny": (9, 5), "smollm2-135m": (5, 2), "qwen2.5-0.5b": (3, 1)}
 """Default runs per variant (prefill up to 1k and decode, prefill beyond 1k): what fits ~20 minutes on 1 core."""
@@ -347,7 +347,8 @@ def memory(lengths: list[int], args: argparse.Namespace) -> dict:
             ]
             cmd += ["--dtype", args.dtype]
             done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            row[variant] = json.loads(done.stdout.strip().splitlines()[-1])
+            last = done.stdout.strip().splitlines()[-1]
+            row[variant] = loads_json(last, f"the memory child's stdout ({variant}, {length} tokens)", dict[str, int])
         row["ratio"] = row["adapter"]["peak_bytes"] / row["base"]["peak_bytes"]
         added = {v: (row[v]["peak_bytes"] - row[v]["before_bytes"]) / 2**20 for v in ("base", "adapter")}
         out[str(length)] = row

@@ -18,13 +18,13 @@ scored twice with different values.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rope_adapter import files
+from rope_adapter.evaluate.evaluation import load_results
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.scoring.paired import differences_by_position_and_record
 
@@ -50,7 +50,7 @@ def load_runs(paths: list[Path]) -> dict[str, dict[str, dict[Key, dict[str, floa
     pooled: dict[str, dict[Key, dict[str, float]]] = {}
     first: dict[str, Any] | None = None
     for path in paths:
-        data = json.loads(path.read_text())
+        data = load_results(path)
         if data.get("kind") != "positions":
             raise SystemExit(f"{path}: not a position sweep of `rope-adapter eval` (kind {data.get('kind')!r})")
         layout = _layout(data)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,6 +31,8 @@ from typing import Any
 import numpy as np
 
 from rope_adapter import files
+from rope_adapter.cli.demo import read_search_report
+from rope_adapter.evaluate.evaluation import load_results
 from rope_adapter.scoring.intervals import difference_from_se
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 
@@ -109,7 +110,7 @@ def summarise_runs(paths: list[Path], variant: str, reference: str, metric: str 
 
 def summarise_report(path: Path, variant: str, reference: str) -> Summary:
     """The same from a search's held-out section (``found``/``best_uniform``/``base``, teacher-forced)."""
-    holdout = json.loads(path.read_text())["holdout"]
+    holdout = read_search_report(path)["holdout"]
     mean = holdout["differences"][f"{variant}-{reference}"]["tf_accuracy"]["mean"]
     n = int(mean["n_records"])
     means = {k: float(holdout["configs"][k]["tf_accuracy"]) for k in (variant, reference)}
@@ -140,7 +141,7 @@ def summarise_set(curve: Curve, s: HeldOutSet, variant: str, reference: str, roo
 def greedy_note(curve: Curve, s: HeldOutSet, root: Path = ROOT) -> str | None:
     """A greedy run's real greedy accuracy difference (found - best uniform), when the set has one."""
     paths = [root / p for p in s.runs]
-    if not paths or not any("accuracy" in x for p in paths for x in json.loads(p.read_text())["samples"][:1]):
+    if not paths or not any("accuracy" in x for p in paths for x in load_results(p)["samples"][:1]):
         return None
     summary = summarise_runs(paths, "found", curve.uniform, metric="accuracy")
     d = summary.interval()

@@ -26,7 +26,6 @@ Resumable: each record's scores are appended to ``records.jsonl`` and each timin
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -39,7 +38,10 @@ import torch
 from machine_info import cpu_info, load_average
 
 from rope_adapter import files
+from rope_adapter.errors import RecordFileError
 from rope_adapter.evaluate.evaluation import evaluate_positions, make_task_samples, prepare_samples
+from rope_adapter.json_types import JsonObject
+from rope_adapter.records import loads_json
 from rope_adapter.scoring.intervals import bootstrap_interval
 from rope_adapter.scoring.loading import load_model, resolve_dtype
 from rope_adapter.scoring.tasks.base import evenly_spaced_positions
@@ -69,15 +71,19 @@ class TimingRow(TypedDict):
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSON-lines file; a torn last line (a killed run) is dropped."""
+    """Rows of a JSON-lines file (strict JSON); a torn last line (a run killed by an older, non-atomic append) is
+    dropped, any other line that is not JSON is a RecordFileError naming the file and the line."""
     if not path.is_file():
         return []
+    lines = path.read_text(encoding="utf-8").splitlines()
     rows = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(lines, 1):
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
+            rows.append(loads_json(line, path, JsonObject, field=f"line {n}"))
+        except RecordFileError:
+            if n == len(lines):
+                break
+            raise
     return rows
 
 

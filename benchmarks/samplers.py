@@ -19,7 +19,6 @@ With ``--dtype bfloat16`` every search and held-out step runs in bfloat16 (on a 
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from racing import _interval, add_budget_flags, budget_settings, summarise
 from result_files import write_summary
 from scipy import stats
 
+from rope_adapter.cli.demo import read_search_report
 from rope_adapter.scoring.numbers import fmt
 from rope_adapter.search import SearchSettings, run_search
 
@@ -40,7 +40,7 @@ def run_arm(base: SearchSettings, arm: str, seed: int, out: Path, report_only: b
     folder = out / f"{sampler}-{score}-seed{seed}"
     report_path = folder / "search_report.json"
     if report_path.is_file():
-        report = json.loads(report_path.read_text())
+        report = read_search_report(report_path)
         if report.get("holdout"):
             return {**summarise(report, str(folder), (report.get("chosen") or {}).get("number")), "seconds": None}
     if report_only:
@@ -75,7 +75,7 @@ def over_seeds_summary(by_seed: dict, other: str) -> dict:
 
 
 def found_minus(arm_run: dict, other: str) -> dict | None:
-    report = json.loads((Path(arm_run["out"]) / "search_report.json").read_text())
+    report = read_search_report(Path(arm_run["out"]) / "search_report.json")
     diff = ((report.get("holdout") or {}).get("differences", {}).get(f"found-{other}") or {}).get("tf_accuracy")
     return (diff or {}).get("mean")
 

@@ -25,7 +25,6 @@ appended to ``trials.jsonl`` there as it ends, and a rerun of the same command s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,8 @@ from search_args import parse_with_search_flags
 from tqdm.auto import tqdm
 
 from rope_adapter import files
+from rope_adapter.json_types import JsonObject
+from rope_adapter.records import loads_json
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.search.objective import answer_score, soft_score
 from rope_adapter.search.storage import TRIAL_ATTR
@@ -199,9 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     done_file = args.out / "trials.jsonl"  # one row per re-scored trial, appended as it ends: a rerun resumes
     done = {}
     if done_file.is_file():
-        for line in done_file.read_text().splitlines():
+        for n, line in enumerate(done_file.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
-                row = json.loads(line)
+                row = loads_json(line, done_file, JsonObject, field=f"line {n}")
                 # rows of runs before the dtype was recorded carry none: their result folder's README names it
                 if row.get("dtype", settings.model.dtype) != settings.model.dtype:
                     print(

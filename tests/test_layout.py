@@ -433,8 +433,9 @@ def test_no_json_is_written_without_the_strict_function():
 
 # ------------------------------------------------------------------------------------------ one way to read a record
 
-READ_ROOTS = ("rope_adapter", "search", "export")
-"""The installed package (the CLI included). The benchmarks' scripts read their own outputs and are not scanned."""
+READ_ROOTS = ("rope_adapter", "search", "export", "benchmarks")
+"""The installed package (the CLI included) and the benchmarks' scripts, which read results files (through their
+typed readers where the writer has one) and JSON lines (records.loads_json)."""
 
 READ_MODULE = "rope_adapter/records.py"
 
@@ -467,9 +468,9 @@ def _json_reads(path: Path) -> list[tuple[int, str, str]]:
 
 
 def test_every_json_read_goes_through_the_records_module():
-    """json.load/json.loads take NaN and Infinity and check nothing: every JSON file the package reads goes through
-    rope_adapter/records.py (strict JSON, the typed record, one RecordFileError naming the file and the field). The
-    allowed exceptions say why."""
+    """json.load/json.loads take NaN and Infinity and check nothing: every JSON file the package or a benchmark
+    reads goes through rope_adapter/records.py (strict JSON, the typed record, one RecordFileError naming the file
+    and the field). The allowed exceptions say why."""
     _assert_no_bypass(
         READ_ROOTS, READ_MODULE, _json_reads, READS_ALLOWED, "JSON reads that bypass rope_adapter.records"
     )

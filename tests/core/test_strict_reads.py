@@ -147,3 +147,32 @@ def test_json_typed_on_the_command_line_refuses_nan(text, value):
     from rope_adapter.cli.settings_flags import key_value
 
     assert key_value(text) == ("a", value)
+
+
+@pytest.mark.parametrize("text", ['{"a": NaN}', "[1, Infinity]", "-Infinity", '{"a": 1'])
+def test_json_text_that_is_not_strict_json_is_refused_naming_where_it_came_from(text):
+    """records.loads_json: a line of a JSON-lines file or of a child process's output (what the benchmarks read)."""
+    from rope_adapter.records import loads_json
+
+    with pytest.raises(RecordFileError, match="is not valid JSON") as caught:
+        loads_json(text, "the child's stdout", field="line 3")
+    assert (caught.value.file, caught.value.field) == ("the child's stdout", "line 3")
+    assert str(caught.value).startswith("the child's stdout: line 3 is not valid JSON")
+    assert loads_json('{"a": [1, 2.5, null]}', "x") == {"a": [1, 2.5, None]}
+
+
+def test_a_benchmark_json_lines_file_drops_only_a_torn_last_line(tmp_path, monkeypatch):
+    """benchmarks/positions_per_record.py resumes from records.jsonl: a torn last line (an older run killed mid-write)
+    is dropped; a bad line before it, or a bare NaN, is a RecordFileError naming the file and the line."""
+    from testkit.eval_runs import BENCHMARKS, load_benchmark
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the script imports its neighbour machine_info
+    read_jsonl = load_benchmark("positions_per_record").read_jsonl
+    path = tmp_path / "records.jsonl"
+    path.write_text('{"record": 0}\n{"record": 1}\n{"rec')
+    assert read_jsonl(path) == [{"record": 0}, {"record": 1}]
+    path.write_text('{"record": 0, "x": NaN}\n{"record": 1}\n')
+    with pytest.raises(RecordFileError) as caught:
+        read_jsonl(path)
+    assert (caught.value.file, caught.value.field) == (str(path), "line 1")
+    assert read_jsonl(tmp_path / "missing.jsonl") == []
