@@ -119,7 +119,7 @@ def _dataset(table: ResultsTable) -> str:
     name = display_name(table.task)
     pairs = table.task_options.get("pairs") or table.task_options.get("num_pairs")
     docs = table.task_options.get("num_docs")
-    detail = f", {pairs} pairs" if pairs else (f", {docs} documents" if docs else "")
+    detail = f", {readable(pairs)} pairs" if pairs else (f", {docs} documents" if docs else "")
     records = "held-out records of the search" if table.source == "search-holdout" else "records of `rope-adapter eval`"
     return f"Lost in the Middle {name}{detail} ({records})"
 
@@ -153,7 +153,8 @@ class TableContext(TypedDict):
     source: str  # the file the table came from
     dataset: str
     count: str  # "N records, M samples"
-    positions: list[str]
+    positions: list[str]  # as shown: the writer's labels ("50:12" for several record lengths)
+    labelled: bool  # the positions are "pairs:position" labels of a study over several record lengths
     metrics: list[MetricContext]
     this_label: str | None
     what: str  # "adapter" or "model"
@@ -201,7 +202,8 @@ def _table_context(source: str, table: ResultsTable, this: str | None, kind: str
         "source": source,
         "dataset": _dataset(table),
         "count": count,
-        "positions": positions,
+        "positions": [table.position_label(p) for p in positions],
+        "labelled": bool(table.position_labels),
         "metrics": metrics,
         "this_label": labels.get(this) if this else None,
         "what": "adapter" if kind == "adapter" else "model",
@@ -234,11 +236,12 @@ def _eval_results(table: ResultsTable, this: str | None) -> list[EvalResult]:
             )
         for pos in table.positions:
             cell = metric.cells.get(this, {}).get(str(pos))
+            label = table.position_label(pos)  # "50:12" (50 pairs, gold position 12) in a study of several lengths
             if cell is not None and _number(cell.mean) is not None:
                 out.append(
                     EvalResult(
-                        metric_type=f"{metric.name}@position_{pos}",
-                        metric_name=f"{metric.name} at gold position {pos}",
+                        metric_type=f"{metric.name}@position_{label}",
+                        metric_name=f"{metric.name} at gold position {label}",
                         metric_value=cell.mean,
                         **common,
                     )
@@ -276,38 +279,62 @@ def _provenance_lines(provenance: Provenance, with_holdout: bool = True) -> list
         parts += [f"{k.replace('_', ' ')} {readable(v)}" for k, v in study.items() if k not in {"name", "trial"}]
         lines.append("Optuna study: " + ", ".join(p for p in parts if p))
     task = provenance.get("task") or {}
+    labels = task.get("position_labels") or {}  # several record lengths: position key -> "pairs:position"
     if task:
         name = task.get("name")
         parts = [display_name(str(name)) if name else ""]
         if task.get("pairs"):
-            parts.append(f"{task['pairs']} key-value pairs")
+            several = " (one study over these record lengths)" if isinstance(task["pairs"], list) else ""
+            parts.append(f"{readable(task['pairs'])} key-value pairs{several}")
         if task.get("positions"):
-            parts.append(f"gold positions {readable(task['positions'])}")
+            shown_positions = [labels.get(str(p), p) for p in task["positions"]]
+            parts.append(f"gold positions {'(pairs:position) ' if labels else ''}{readable(shown_positions)}")
         if task.get("search_records") is not None:
             parts.append(f"{task['search_records']} search / {task.get('holdout_records', 0)} held-out records")
-        shown = {"name", "pairs", "positions", "search_records", "holdout_records"}
+        shown = {"name", "pairs", "positions", "position_labels", "search_records", "holdout_records"}
         parts += [
             f"{k.replace('_', ' ')} {readable(v)}" for k, v in task.items() if k not in shown and v not in ({}, None)
         ]
         lines.append("Task: " + ", ".join(p for p in parts if p))
     scores = provenance.get("scores") or {}
-    for key, value in scores.items():
+    order = ("objectives", "search", "confirmation", "holdout")  # the adapter's config stores its keys sorted
+    for key, value in sorted(scores.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)):
         if key == "objectives":
             lines.append(f"Objectives (maximised): {readable(value)}")
-        elif key in ("search", "holdout") and isinstance(value, dict):
+        elif key in ("search", "confirmation", "holdout") and isinstance(value, dict):
             if key == "holdout" and not with_holdout:
                 continue  # the held-out results table shows these numbers and the verdict
-            where = "the search records" if key == "search" else "the held-out records"
-            parts = [f"{k} {readable(v)}" for k, v in value.items() if k in ("mean", "worst")]
-            by_position = value.get("by_position")
-            if isinstance(by_position, dict):
-                parts.append("by gold position " + ", ".join(f"{p}: {readable(v)}" for p, v in by_position.items()))
-            lines.append(f"Score on {where}: " + ", ".join(parts))
-            for extra in ("warning", "verdict"):
-                if value.get(extra):
-                    lines.append(f"{extra.capitalize()}: {public_text(str(value[extra]))}")
+            lines += _score_lines(key, value, labels)
         else:
             lines.append(f"Score {str(key).replace('_', ' ')}: {readable(value)}")
+    return lines
+
+
+def _score_lines(key: str, value: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    """The lines of one set of scores (``search``, ``confirmation`` or ``holdout``); ``labels``: how the positions
+    of a study over several record lengths are shown."""
+    where = {"search": "the search records", "holdout": "the held-out records"}.get(key, "")
+    note = ""
+    if key == "confirmation":
+        where = f"the {value['records']} confirmation records" if value.get("records") else "the confirmation records"
+        alone = value.get("search_found")
+        note = ", on which the curve was chosen" + (
+            f" (the search records alone chose trial {alone})" if alone is not None else ""
+        )
+    parts = [f"{k} {readable(v)}" for k, v in value.items() if k in ("mean", "worst", "fitness")]
+    by_position = value.get("by_position")
+    if isinstance(by_position, dict):
+        cells = ", ".join(f"{labels.get(p, p)}: {readable(v)}" for p, v in by_position.items())
+        parts.append(f"by gold position {'(pairs:position) ' if labels else ''}{cells}")
+    lines = [f"Score on {where}{note}: " + ", ".join(parts)]
+    if isinstance(value.get("by_length"), dict):
+        at = [
+            f"{n} pairs: {', '.join(f'{k} {readable(v)}' for k, v in m.items())}" for n, m in value["by_length"].items()
+        ]
+        lines.append(f"Score on {where} by record length: " + "; ".join(at))
+    for extra in ("warning", "verdict"):
+        if value.get(extra):
+            lines.append(f"{extra.capitalize()}: {public_text(str(value[extra]))}")
     return lines
 
 

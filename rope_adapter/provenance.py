@@ -41,7 +41,8 @@ class ProvenanceTask(TypedDict, total=False):
     name: str
     data: str  # "generated" or the data file's name
     pairs: int | list[int] | None  # a list: a study over several record lengths
-    positions: list[int]
+    positions: list[int]  # a study over several lengths: its (length, position) keys, read with position_labels
+    position_labels: dict[str, str]  # several lengths only: position key -> "pairs:position" ("50:12")
     search_records: int
     holdout_records: int
     data_seed: int
@@ -80,9 +81,24 @@ class HeldOutScores(TypedDict, total=False):
     verdict: str
 
 
+class ConfirmedScores(TypedDict, total=False):
+    """The found curve's scores on the confirmation records, on which the search chose it among its top curves
+    (``--confirm-top``); a score that is not a finite number is null."""
+
+    records: int
+    samples: int
+    by_position: dict[str, float]
+    mean: float  # the objectives, as in SearchScores
+    worst: float
+    fitness: float
+    by_length: dict[str, dict[str, float]]  # several lengths: pairs -> {"mean": .., "worst": ..}
+    search_found: int | None  # the trial the search records alone would have chosen
+
+
 class ProvenanceScores(TypedDict, total=False):
     objectives: list[str]
     search: SearchScores
+    confirmation: ConfirmedScores  # written when the search confirms its top curves (confirm_top > 0)
     holdout: HeldOutScores
 
 

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 import numpy as np
 
 from rope_adapter import files
-from rope_adapter.provenance import Provenance, ProvenanceScores, ProvenanceTask, SearchScores
+from rope_adapter.provenance import ConfirmedScores, Provenance, ProvenanceScores, ProvenanceTask, SearchScores
 from rope_adapter.scoring.paired import differences_by_position_and_record
 
+from .lengths import by_length, is_multi, key_label
 from .objective import ObjectiveSpec
 from .outputs import REPORT_NAME, SUMMARY_NAME
 from .racing import stage_ends
@@ -376,11 +377,14 @@ def task_summary(settings: SearchSettings, worker: Worker) -> ProvenanceTask:
     """The task part of the report and the adapter's provenance."""
     positions = sorted({int(p) for p in worker.search.positions})
     task, objective = settings.task, settings.objective
+    multi = is_multi(task.pairs)
+    labels = {"position_labels": {str(p): key_label(p, True) for p in positions}} if multi else {}
     return {
         "name": task.name,
         "data": task.data if task.data else "generated",
         "pairs": task.record_size,
         "positions": positions,
+        **labels,  # several lengths: how readers show the (length, position) keys
         "search_records": settings.search_records,
         "holdout_records": settings.holdout_records,
         "data_seed": task.seed,
@@ -402,6 +406,9 @@ def provenance(report: SearchReport) -> Provenance:
     if chosen["warning"]:
         search["warning"] = chosen["warning"]
     scores: ProvenanceScores = {"objectives": report["study"]["objectives"], "search": search}
+    confirmed = _confirmed(report, chosen["number"])
+    if confirmed is not None:
+        scores["confirmation"] = confirmed
     holdout = report.get("holdout")
     if holdout:
         found = holdout["configs"]["found"]
@@ -435,6 +442,23 @@ def provenance(report: SearchReport) -> Provenance:
             "scores": scores,
         }
     )
+
+
+def _confirmed(report: SearchReport, trial: int) -> ConfirmedScores | None:
+    """The chosen trial's scores on the confirmation records (per length too in a study over several lengths);
+    None when the search did not confirm, or chose a trial it did not confirm."""
+    confirmation = report.get("confirmation")
+    candidates = confirmation["candidates"] if confirmation else []
+    found = next((c for c in candidates if c["trial"] == trial), None)
+    if confirmation is None or found is None:
+        return None
+    by_position = found["by_position"]
+    scores = cast(ConfirmedScores, {"records": confirmation["records"], "samples": confirmation["samples"]})
+    scores.update(cast(ConfirmedScores, {"by_position": by_position, **found["confirmation"]}))
+    if is_multi(report["settings"]["pairs"]):
+        scores["by_length"] = by_length(by_position)
+    scores["search_found"] = confirmation["search_found"]
+    return scores
 
 
 # --------------------------------------------------------------------------------------------------------------

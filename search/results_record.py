@@ -121,6 +121,7 @@ def holdout_table(report: SearchReport) -> ResultsTable:
         samples=samples,
         task_options={"pairs": task["pairs"]} if task.get("pairs") else {},
         notes=notes,
+        position_labels=dict(task.get("position_labels") or {}),  # several record lengths: "pairs:position"
     )
 
 

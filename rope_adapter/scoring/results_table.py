@@ -136,9 +136,15 @@ class ResultsTable:
     samples: int | None = None
     task_options: dict[str, Any] = field(default_factory=dict)  # the task's own settings by name: an open mapping
     notes: list[str] = field(default_factory=list)
+    position_labels: dict[str, str] = field(default_factory=dict)  # several record lengths: key -> "pairs:position"
     schema_version: int = SCHEMA_VERSION
 
     # ---- lookup
+    def position_label(self, position: int | str) -> str:
+        """How a reader shows a gold position: its label where the writer gave one (a study over several record
+        lengths keys its positions by length, ``"50:12"``: 50 pairs, gold position 12), else the position."""
+        return self.position_labels.get(str(position), str(position))
+
     def metric(self, name: str) -> MetricTable | None:
         return next((m for m in self.metrics if m.name == name), None)
 
@@ -162,6 +168,8 @@ class ResultsTable:
         """The table as ``results_table.json`` holds it (what :meth:`from_dict` reads)."""
         data = asdict(self)
         data.pop("schema_version")
+        if not self.position_labels:
+            data.pop("position_labels")  # a table of one record length is written as before
         return {"schema": SCHEMA, "schema_version": self.schema_version, **data}
 
     @classmethod
@@ -208,6 +216,7 @@ class ResultsTable:
                 samples=data.get("samples"),
                 task_options=dict(data.get("task_options") or {}),
                 notes=list(data.get("notes") or []),
+                position_labels={str(k): str(v) for k, v in (data.get("position_labels") or {}).items()},
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ResultsTableError(f"malformed results table ({type(exc).__name__}: {exc})") from None
