@@ -8,6 +8,7 @@ Every field carries a ``help`` text; the CLI builds its flags from the fields, u
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,16 @@ class SearchSettings:
 
     def _check_task(self) -> None:
         task = self.task
+        if isinstance(task.data, list | tuple):  # --data FILE ...: one file is that file
+            given = [os.fspath(f) for f in task.data]
+            if len(given) != 1:
+                raise SearchError(
+                    f"--data takes one file, got {len(given)} ({', '.join(given) or 'none'}): a study reads its "
+                    "records from one file, at that file's one record length; for a study over several lengths "
+                    "leave out --data and give them (--pairs 75 140: kv_retrieval generates records of each "
+                    "length), or run one search per file, each with its own --out"
+                )
+            task.data = given[0]
         cls = task.task_class()
         if not cls.position_sweep:
             raise SearchError(f"{task.name} is a guard, not a fitness task: use --max-ppl-increase (and --ppl-text)")

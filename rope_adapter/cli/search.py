@@ -78,6 +78,12 @@ OVERRIDES: dict[str, FlagOptions] = {
         "length. Written --pairs 25 50 75 or 25,50,75.",
     },
     "chat_template": {"choices": ["on", "off"]},
+    "data": {  # several are taken only to be refused in one line (SearchSettings names the alternatives)
+        "nargs": "+",
+        "action": "extend",
+        "metavar": "FILE",
+        "suffix": " One file, of one record length (several lengths: --pairs 75 140 without --data).",
+    },
     "positions": {"suffix": " Written 0 5 10 or 0,5,10."},
     "k": {"type": _k_value, "suffix": " 'all': every answer token (the whole answer)."},
     "uniform": {"nargs": "*", "metavar": "S"},

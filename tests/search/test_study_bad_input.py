@@ -225,3 +225,32 @@ def test_an_output_folder_that_cannot_be_written_is_refused(tmp_path, model_dir)
     with pytest.raises(SearchError, match="cannot write into the output folder"):
         run_search(small(blocker / "out", model_dir))
     assert blocker.read_text() == "in the way"
+
+
+def test_several_data_files_are_refused_in_one_line_before_any_model_loads(tmp_path, model_dir, no_model_load, capsys):
+    """One Lost-in-the-Middle file per record length (here 3 and 4 keys) is not a multi-length study: the refusal
+    names the alternative (generated records at each length, or one search per file)."""
+    from rope_adapter.cli import main
+    from rope_adapter.search.fingerprint import study_fingerprint
+
+    paths = []
+    for pairs in (3, 4):
+        rows = KVRetrievalTask(num_records=12, num_pairs=pairs, num_positions=3, seed=0).load_records()
+        path = tmp_path / f"kv_retrieval_{pairs}_keys.jsonl"
+        path.write_text("".join(json.dumps({"ordered_kv_records": [list(p) for p in r.pairs]}) + "\n" for r in rows))
+        paths.append(str(path))
+    out = tmp_path / "never"
+    for data in (["--data", *paths], ["--data", paths[0], "--data", paths[1]]):
+        argv = ["search", "--model", str(model_dir), *data, "--pairs", "3", "4", "--out", str(out)]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("rope-adapter: error: --data takes one file, got 2 (") and "\n" not in err
+        assert "leave out --data and give them (--pairs 75 140" in err and "run one search per file" in err
+    with pytest.raises(SearchError, match="--data takes one file, got 2"):
+        SearchSettings.flat(out=str(out), data=tuple(paths))
+    assert not out.exists()
+    one = small(tmp_path, model_dir, data=[paths[0]], sampler="gp")  # a list of one file is that file, as before
+    assert one.task.data == paths[0]
+    assert study_fingerprint(one, "float32") == study_fingerprint(
+        small(tmp_path, model_dir, data=paths[0], sampler="gp"), "float32"
+    )
