@@ -27,6 +27,7 @@ and the "CPU time" columns are the host thread's time (launching kernels and wai
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import subprocess
 import sys
@@ -226,7 +227,7 @@ def measure_size(size: str, args: argparse.Namespace) -> dict:
         for name in variants:  # warm-up
             prefill_seconds(variants[name], ids[:, :512])
         repeats = short if length <= 1024 else long
-        row = interleaved(lambda m, ids=ids: prefill_seconds(m, ids), variants, repeats)
+        row = with_control(lambda m, ids=ids: prefill_seconds(m, ids), variants, repeats, args.control)
         result["rows"][f"prefill {length // 1024}k" if length % 1024 == 0 else f"prefill {length}"] = row
         print(f"{size} prefill {length}: {brief(row)}", flush=True)
     for batch in args.batches:
@@ -234,7 +235,8 @@ def measure_size(size: str, args: argparse.Namespace) -> dict:
         tokens = torch.randint(0, vocab, (batch, 1), generator=torch.Generator().manual_seed(batch)).to(DEVICE)
         for name in variants:
             decode_seconds(variants[name], cache, tokens, 2)
-        row = interleaved(lambda m, c=cache, t=tokens, n=args.decode_steps: decode_seconds(m, c, t, n), variants, short)
+        step = functools.partial(decode_seconds, cache=cache, tokens=tokens, steps=args.decode_steps)
+        row = with_control(step, variants, short, args.control)
         row["added"] = added_per_step(variants["adapter"], batch, args.decode_context)
         row["added"]["estimated_ratio"] = 1 + row["added"]["added_s"] / min(row["cpu"]["base_s"])
         result["rows"][f"decode batch {batch}"] = row
@@ -243,13 +245,28 @@ def measure_size(size: str, args: argparse.Namespace) -> dict:
     return result
 
 
+def with_control(run, variants: OneModel, repeats: int, control: bool) -> dict:
+    """:func:`interleaved` base against adapter; with ``control``, then the same for base against base (an A/A run:
+    the ratios a shared machine gives when nothing differs, the floor any adapter ratio is read against)."""
+    row = interleaved(run, variants, repeats)
+    if control:
+        base = variants["base"]
+        row["control"] = interleaved(run, {"base": base, "adapter": base}, repeats)
+    return row
+
+
 def brief(row: dict) -> str:
     wall, cpu = row["wall"], row["cpu"]
+    control = row.get("control")
     return (
         f"base {min(wall['base_s']) * 1e3:.1f} ms, adapter {min(wall['adapter_s']) * 1e3:.1f} ms (fastest); "
         f"ratio fastest {wall['fastest_ratio']:.3f}, median {wall['median_ratio']:.3f}, "
         f"paired {wall['paired_ratio_min']:.3f}-{wall['paired_ratio_max']:.3f}; CPU time: fastest "
         f"{cpu['fastest_ratio']:.3f}, median {cpu['median_ratio']:.3f}"
+    ) + (
+        f"; A/A control: fastest {control['wall']['fastest_ratio']:.3f}, median {control['wall']['median_ratio']:.3f}"
+        if control
+        else ""
     )
 
 
@@ -373,6 +390,9 @@ def main() -> None:
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile check")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument(
+        "--control", action="store_true", help="also time base against base (A/A) for every row: the noise floor"
+    )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype")
     parser.add_argument("--out", type=Path, default=RESULTS / "overhead", help="result folder")
     parser.add_argument("--child", choices=["base", "adapter"], help=argparse.SUPPRESS)

@@ -10,12 +10,17 @@ def _ms(seconds: list[float]) -> str:
 def _row(label: str, both: dict, target: float) -> str:
     row, cpu = both["wall"], both["cpu"]
     flag = "" if row["fastest_ratio"] <= target else " (above)"
+    control = both.get("control")
     return (
         f"| {label} | {_ms(row['base_s'])} | {_ms(row['adapter_s'])} | {row['fastest_ratio']:.3f}{flag} | "
         f"{row['median_ratio']:.3f} | {row['paired_ratio_min']:.3f}-{row['paired_ratio_max']:.3f} | "
         f"{row['base_spread']:.2f} / {row['adapter_spread']:.2f} | {cpu['fastest_ratio']:.3f} | "
         f"{cpu['median_ratio']:.3f} |"
-    )
+    ) + (f" {control['wall']['fastest_ratio']:.3f} / {control['wall']['median_ratio']:.3f} |" if control else "")
+
+
+CONTROL_HEADER = (" A/A control: fastest / median ratio |", "---|")
+"""The extra column of a run with ``--control`` (base against base, the same model both times)."""
 
 
 HEADER = (
@@ -60,6 +65,8 @@ def markdown(results: dict) -> str:
             "",
             HEADER,
         ]
+        if any("control" in row for row in result["rows"].values()):
+            lines[-1] = HEADER.replace(" |\n|", " |" + CONTROL_HEADER[0] + "\n|") + CONTROL_HEADER[1]
         for label, row in result["rows"].items():
             lines.append(_row(label, row, target))
             if row["wall"]["fastest_ratio"] > target:
