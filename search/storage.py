@@ -1,7 +1,8 @@
 """A study's life in its storage: created once with its settings and baselines, resumed only with equal settings.
 
 A study is created with its fingerprint (:mod:`search.fingerprint`) in ``user_attrs`` (:data:`SETTINGS_ATTR`) and
-its baselines enqueued as its first trials; a study that exists is resumed only with an equal fingerprint.
+its baselines enqueued as its first trials; a study that exists is resumed only with an equal fingerprint, and an
+enqueued trial that an interrupted run left failed is enqueued again (:func:`rerun_interrupted`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ TRIAL_ATTR = "lrs"
 """Trial user attribute holding everything a trial computed (factors, scores, constraints, timing)."""
 BASELINE_ATTR = "baseline"
 """User attribute of the enqueued baseline trials: ``"base"`` or ``"uniform"``."""
+RERUN_ATTR = "rerun_of"
+"""User attribute of a trial enqueued again by :func:`rerun_interrupted`: the number of the failed trial it repeats."""
+MAX_RERUNS = 2
+"""How often one enqueued trial's parameters are run again after failures (as Optuna's heartbeat retry: 2)."""
 
 
 def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
@@ -119,6 +124,7 @@ def create_or_load_study(
         study = optuna.create_study(storage=storage, study_name=name, directions=list(directions))
     except optuna.exceptions.DuplicatedStudyError:
         check_existing_study(storage, name, fingerprint)
+        rerun_interrupted(optuna.load_study(study_name=name, storage=storage))
         return False
     study.set_user_attr(SETTINGS_ATTR, fingerprint)
     # named objective values for optuna-dashboard and study.trials_dataframe(): ObjectiveSpec.names
@@ -128,3 +134,38 @@ def create_or_load_study(
     for value in uniform:
         study.enqueue_trial(baseline_params(space, value), user_attrs={BASELINE_ATTR: "uniform", "uniform": value})
     return True
+
+
+def _repeats(trial: optuna.trial.FrozenTrial) -> int | None:
+    """The failed trial that ``trial`` runs again (Optuna's heartbeat retry or :func:`rerun_interrupted`), if any."""
+    history = trial.system_attrs.get("retry_history")  # Optuna's retries: every failed try so far, the last one last
+    origin = history[-1] if isinstance(history, list) and history else trial.user_attrs.get(RERUN_ATTR)
+    return origin if isinstance(origin, int) else None
+
+
+def rerun_interrupted(study: optuna.Study) -> list[int]:
+    """Enqueue again each enqueued trial (a baseline, a retry) that failed and that nothing runs again yet.
+
+    Ctrl-C, SIGTERM or a failed storage write mark the running trial FAIL, and Optuna's heartbeat retries only the
+    trials of killed workers: without this a baseline interrupted once would be missing from the study for good.
+    Searched trials are not repeated (the sampler proposes afresh). One chain of failures is run again at most
+    :data:`MAX_RERUNS` times, so a trial that fails on its own does not come back forever. Returns the numbers of the
+    failed trials enqueued again.
+    """
+    trials = study.get_trials(deepcopy=False)
+    repeated = {n for n in (_repeats(t) for t in trials) if n is not None}
+    by_number = {t.number: t for t in trials}
+    enqueued = []
+    for trial in trials:
+        fixed = trial.system_attrs.get("fixed_params")
+        if trial.state != optuna.trial.TrialState.FAIL or not fixed or trial.number in repeated:
+            continue
+        depth, origin = 0, _repeats(trial)
+        while origin is not None and origin in by_number:
+            depth, origin = depth + 1, _repeats(by_number[origin])
+        if depth >= MAX_RERUNS:
+            continue
+        attrs = {k: v for k, v in trial.user_attrs.items() if k in (BASELINE_ATTR, "uniform")}
+        study.enqueue_trial(dict(fixed), user_attrs={**attrs, RERUN_ATTR: trial.number})
+        enqueued.append(trial.number)
+    return enqueued

@@ -1,5 +1,5 @@
-"""Ctrl-C and SIGTERM during a search: one line, exit status 130, no running trial left behind; a closed pipe
-ends a command quietly."""
+"""Ctrl-C and SIGTERM during a search: one line, exit status 130, no running trial left behind, an interrupted
+baseline run again on resume; a closed pipe ends a command quietly."""
 
 from __future__ import annotations
 
@@ -34,8 +34,18 @@ def test_a_signal_during_a_search_is_one_line_and_leaves_no_running_trial(tmp_pa
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("rope-adapter: interrupted: the study keeps its finished")
-    states = {t.state.name for t in load_trials(settings)}
+    trials = load_trials(settings)
+    states = {t.state.name for t in trials}
     assert "RUNNING" not in states, states
+    # resumed, every baseline is scored, the one the signal interrupted included (it is enqueued again)
+    baselines = {t.user_attrs["uniform"] for t in trials if "baseline" in t.user_attrs}
+    assert {1.0, *settings.uniform_values()} <= baselines
+    resumed = settings.updated(trials=len(complete(trials)) + len(baselines))
+    restart = start_cli(resumed)
+    _, stderr = restart.communicate()
+    assert restart.returncode == 0, stderr
+    scored = {t.user_attrs.get("uniform") for t in complete(load_trials(resumed)) if "baseline" in t.user_attrs}
+    assert scored == baselines
 
 
 def test_info_into_a_closed_pipe_is_quiet(tmp_path):
