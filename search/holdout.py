@@ -16,7 +16,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .worker import Worker
 
-from rope_adapter.differences import MeanDifference, PairedDifferences
+from rope_adapter.differences import MeanDifference
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import describe_difference, differences_by_position_and_record
 
@@ -124,19 +124,24 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
                 )
             differences[f"{a}-{b}"] = pair
     lengths = study_lengths(settings.task.pairs)
-    by_length: dict[str, dict[str, PairedDifferences]] = {}
+    by_length: dict[str, dict[str, HoldoutDifferences]] = {}
     for pairs in lengths if len(lengths) > 1 else ():  # each length's paired differences, on its own samples
         mask = length_mask(positions, pairs)
-        by_length[str(pairs)] = {
-            key: differences_by_position_and_record(
-                scores[key.split("-")[0]][mask],
-                scores[key.split("-")[1]][mask],
-                positions[mask],
-                [i for i, m in zip(ids, mask, strict=True) if m],
-                settings.study.seed,
-            )
-            for key in differences
-        }
+        masked_ids = [i for i, m in zip(ids, mask, strict=True) if m]
+        entry: dict[str, HoldoutDifferences] = {}
+        for key in differences:
+            a, b = key.split("-")
+            pair = {
+                **differences_by_position_and_record(
+                    scores[a][mask], scores[b][mask], positions[mask], masked_ids, settings.study.seed
+                )
+            }
+            if a in tf_accuracy and b in tf_accuracy:  # the verdict's metric at each length (pooled by lengths later)
+                pair["tf_accuracy"] = differences_by_position_and_record(
+                    tf_accuracy[a][mask], tf_accuracy[b][mask], positions[mask], masked_ids, settings.study.seed
+                )
+            entry[key] = pair
+        by_length[str(pairs)] = entry
     holdout: Holdout = {
         "records": len(set(ids)),
         "samples": len(task),

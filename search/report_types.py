@@ -195,7 +195,7 @@ class _HoldoutRequired(TypedDict):
 class Holdout(_HoldoutRequired, total=False):
     search_score: str  # the search's own score (always written; older reports lack it)
     k_selection: KSelectionSummary
-    by_length: dict[str, dict[str, PairedDifferences]]  # multi-length: pairs -> "found-base" -> paired difference
+    by_length: dict[str, dict[str, HoldoutDifferences]]  # multi-length: pairs -> "found-base" -> paired differences
 
 
 class LengthEntry(TypedDict):
@@ -206,7 +206,7 @@ class LengthEntry(TypedDict):
     search: dict[str, dict[str, float]]  # "base", "best_uniform", "found" -> {"mean", "worst"} on the search set
     confirmation: dict[str, dict[str, float]]  # trial number -> {"mean", "worst"} on the confirmation records
     holdout: dict[str, dict[str, float]]  # "base", "best_uniform", "found" -> {"mean", "worst"} held out
-    differences: dict[str, PairedDifferences]  # held out, paired by record: "found-base" -> paired difference
+    differences: dict[str, HoldoutDifferences]  # held out, paired by record: "found-base" -> paired differences
 
 
 class _TrialRecordRequired(TypedDict):

@@ -109,6 +109,10 @@ def test_report_has_one_entry_per_length(multi):
         assert entry["search"]["found"]["worst"] == pytest.approx(min(mine))
         assert set(entry["holdout"]) == {"base", "best_uniform", "found"}
         assert entry["differences"]["found-base"]["mean"]["n_records"] == settings.holdout_records
+        # the verdict's metric per length too, on this length's samples only (its positions, every held-out record)
+        tf = entry["differences"]["found-best_uniform"]["tf_accuracy"]
+        assert tf["mean"]["n_records"] == settings.holdout_records
+        assert set(tf["by_position"]) == {str(length_key(entry["pairs"], p)) for p in entry["positions"]}
         assert set(entry["confirmation"]) == {str(c["trial"]) for c in report["confirmation"]["candidates"]}
     summary = (Path(settings.out) / "search_report.md").read_text()
     assert "## By record length" in summary and "pos 3:2" in summary
