@@ -35,6 +35,7 @@ from rope_adapter.cli.demo import read_search_report
 from rope_adapter.evaluate.evaluation import load_results
 from rope_adapter.scoring.intervals import difference_from_se
 from rope_adapter.scoring.numbers import fmt, fmt_interval
+from rope_adapter.search.lengths import KEY_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path("benchmarks/results")
@@ -50,6 +51,7 @@ class HeldOutSet:
     dtype: str
     report: str | None = None  # a search_report.json (its holdout section)
     runs: tuple[str, ...] = ()  # results.json files pooled into one set (same records, variants added later)
+    length: int | None = None  # with a report of a study over several lengths: this length's samples only
 
 
 @dataclass(frozen=True)
@@ -108,12 +110,20 @@ def summarise_runs(paths: list[Path], variant: str, reference: str, metric: str 
     return Summary(int(diffs.size), float(diffs.mean()), sd, means)
 
 
-def summarise_report(path: Path, variant: str, reference: str) -> Summary:
-    """The same from a search's held-out section (``found``/``best_uniform``/``base``, teacher-forced)."""
+def summarise_report(path: Path, variant: str, reference: str, length: int | None = None) -> Summary:
+    """The same from a search's held-out section (``found``/``best_uniform``/``base``, teacher-forced); with
+    ``length``, one record length of a study over several (its ``by_length`` differences and those positions)."""
     holdout = read_search_report(path)["holdout"]
-    mean = holdout["differences"][f"{variant}-{reference}"]["tf_accuracy"]["mean"]
+    if length is None:
+        mean = holdout["differences"][f"{variant}-{reference}"]["tf_accuracy"]["mean"]
+        means = {k: float(holdout["configs"][k]["tf_accuracy"]) for k in (variant, reference)}
+    else:
+        mean = holdout["by_length"][str(length)][f"{variant}-{reference}"]["tf_accuracy"]["mean"]
+        means = {}
+        for k in (variant, reference):  # every position of a length has every record: the mean of position means
+            cells = holdout["configs"][k]["tf_accuracy_by_position"]
+            means[k] = float(np.mean([v for p, v in cells.items() if int(p) // KEY_BASE == length]))
     n = int(mean["n_records"])
-    means = {k: float(holdout["configs"][k]["tf_accuracy"]) for k in (variant, reference)}
     return Summary(n, float(mean["diff"]), float(mean["se"]) * math.sqrt(n), means)
 
 
@@ -128,7 +138,7 @@ def pool(parts: list[Summary]) -> Summary:
 
 def summarise_set(curve: Curve, s: HeldOutSet, variant: str, reference: str, root: Path = ROOT) -> Summary:
     if s.report is not None:
-        return summarise_report(root / s.report, variant, reference)
+        return summarise_report(root / s.report, variant, reference, s.length)
     summary = summarise_runs([root / p for p in s.runs], _eval_variant(curve, variant), _eval_variant(curve, reference))
     # name the variants as the report does, so the sets pool
     summary.means = {

@@ -31,7 +31,7 @@ BASELINE_ATTR = "baseline"
 RERUN_ATTR = "rerun_of"
 """User attribute of a trial enqueued again by :func:`rerun_interrupted`: the number of the failed trial it repeats."""
 MAX_RERUNS = 2
-"""How often one enqueued trial's parameters are run again after failures (as Optuna's heartbeat retry: 2)."""
+"""How often an enqueued trial's parameters are run again after failures (as Optuna's heartbeat retry: 2)."""
 
 
 def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
@@ -136,36 +136,38 @@ def create_or_load_study(
     return True
 
 
-def _repeats(trial: optuna.trial.FrozenTrial) -> int | None:
-    """The failed trial that ``trial`` runs again (Optuna's heartbeat retry or :func:`rerun_interrupted`), if any."""
-    history = trial.system_attrs.get("retry_history")  # Optuna's retries: every failed try so far, the last one last
-    origin = history[-1] if isinstance(history, list) and history else trial.user_attrs.get(RERUN_ATTR)
-    return origin if isinstance(origin, int) else None
+def _parameters(trial: optuna.trial.FrozenTrial) -> tuple[tuple[str, float], ...]:
+    """The trial's parameters: its fixed ones while it waits (enqueued), else the ones it ran with."""
+    fixed = trial.system_attrs.get("fixed_params") or trial.params
+    return tuple(sorted(fixed.items()))
 
 
 def rerun_interrupted(study: optuna.Study) -> list[int]:
-    """Enqueue again each enqueued trial (a baseline, a retry) that failed and that nothing runs again yet.
+    """Enqueue again each enqueued trial (a baseline, a retry) that failed and whose parameters no other trial has
+    finished, runs or waits with.
 
     Ctrl-C, SIGTERM or a failed storage write mark the running trial FAIL, and Optuna's heartbeat retries only the
     trials of killed workers: without this a baseline interrupted once would be missing from the study for good.
-    Searched trials are not repeated (the sampler proposes afresh). One chain of failures is run again at most
-    :data:`MAX_RERUNS` times, so a trial that fails on its own does not come back forever. Returns the numbers of the
-    failed trials enqueued again.
+    Searched trials are not repeated (the sampler proposes afresh). Parameters that failed more than
+    :data:`MAX_RERUNS` times are not enqueued again, so a trial that fails on its own does not come back forever.
+    Returns the numbers of the failed trials enqueued again.
     """
     trials = study.get_trials(deepcopy=False)
-    repeated = {n for n in (_repeats(t) for t in trials) if n is not None}
-    by_number = {t.number: t for t in trials}
+    settled = {_parameters(t) for t in trials if t.state != optuna.trial.TrialState.FAIL}
+    failures: dict[tuple[tuple[str, float], ...], int] = {}
+    for t in trials:
+        if t.state == optuna.trial.TrialState.FAIL:
+            failures[_parameters(t)] = failures.get(_parameters(t), 0) + 1
     enqueued = []
     for trial in trials:
         fixed = trial.system_attrs.get("fixed_params")
-        if trial.state != optuna.trial.TrialState.FAIL or not fixed or trial.number in repeated:
+        if trial.state != optuna.trial.TrialState.FAIL or not fixed:
             continue
-        depth, origin = 0, _repeats(trial)
-        while origin is not None and origin in by_number:
-            depth, origin = depth + 1, _repeats(by_number[origin])
-        if depth >= MAX_RERUNS:
+        key = _parameters(trial)
+        if key in settled or failures[key] > MAX_RERUNS:
             continue
         attrs = {k: v for k, v in trial.user_attrs.items() if k in (BASELINE_ATTR, "uniform")}
         study.enqueue_trial(dict(fixed), user_attrs={**attrs, RERUN_ATTR: trial.number})
+        settled.add(key)
         enqueued.append(trial.number)
     return enqueued

@@ -68,21 +68,30 @@ def test_a_chain_of_failures_is_run_again_at_most_max_reruns_times(made):
     assert sum(t.state == FAIL for t in study.trials) == 3 * (1 + storage_mod.MAX_RERUNS)
 
 
-def test_searched_trials_and_optunas_own_retries_are_not_repeated(made):
+def test_searched_trials_and_parameters_run_elsewhere_are_not_repeated(made):
     study, _ = made()
-    for _ in range(3):
-        study.tell(study.ask(), 0.5)  # the baselines finish
+    base = _fail_next(study)  # interrupted; then, before any resume, someone enqueues the same curve by hand
+    study.enqueue_trial(dict(base.system_attrs["fixed_params"]), user_attrs={"baseline": "base", "uniform": 1.0})
+    study.tell(study.ask(), 0.5)  # the two other baselines
+    study.tell(study.ask(), 0.5)
+    study.tell(study.ask(), 0.5)  # the one enqueued by hand: finished
     searched = _fail_next(study)
     assert "fixed_params" not in searched.system_attrs
-    # a heartbeat retry of a baseline: Optuna enqueued it already, with its own retry history
-    original = study.trials[0]
+    assert storage_mod.rerun_interrupted(study) == []  # the base is scored; a searched trial is proposed afresh
+    # a baseline that Optuna's heartbeat already retries (a WAITING trial with its parameters) is not added again
+    study.enqueue_trial({k: 1.3 for k in base.system_attrs["fixed_params"]}, user_attrs={"baseline": "uniform", "uniform": 1.3})
+    failed = _fail_next(study)
+    assert failed.user_attrs["uniform"] == 1.3
     study.add_trial(
         optuna.create_trial(
             state=optuna.trial.TrialState.WAITING,
-            params=original.params,
-            distributions=original.distributions,
-            user_attrs=original.user_attrs,
-            system_attrs={**original.system_attrs, "failed_trial": 99, "retry_history": [99]},
+            params=failed.params,
+            distributions=failed.distributions,
+            user_attrs=failed.user_attrs,
+            system_attrs={**failed.system_attrs, "failed_trial": failed.number, "retry_history": [failed.number]},
         )
     )
     assert storage_mod.rerun_interrupted(study) == []
+    retry = _fail_next(study)  # the retry fails too (interrupted): now nothing runs 1.3 again, so it is enqueued
+    assert retry.user_attrs["uniform"] == 1.3
+    assert len(storage_mod.rerun_interrupted(study)) == 1

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The verdict of the two-length Qwen study (benchmarks/results/search_qwen_lengths/README.md, fixed before the study
+# ran): base, the best uniform factor and the found curve, both as chosen on the confirmation records, on five sets
+# that neither the search, the confirmation nor the study's held-out split used.
+#
+#   bash benchmarks/verdict_qwen_lengths.sh [LITM_DIR]
+#
+# Sets (40 records each, 10 evenly spaced gold positions, teacher-forced accuracy and gold log-prob):
+#   generated, seed 31, at 50, 75 and 100 pairs; the Lost in the Middle kv-retrieval-75_keys and -140_keys files
+#   (LITM_DIR holds them; MIT data, not part of a clone; 40 records drawn with seed 0).
+# Then greedy decoding on the first 10 records of each generated set (its verdict against the teacher-forced one),
+# short-text perplexity, and benchmarks/lengths_verdict.py: every comparison paired by record, per set, per length
+# and pooled over every set.
+#
+# Each (set, variant) is one `rope-adapter eval` run (40 records at one length: 20-70 minutes on 2 cores) whose
+# results.json is skipped when it exists, so the script resumes where it stopped; the runs of one set score the same
+# records, and benchmarks/pair_eval_results.py pairs them by record. Environment: RA (the rope-adapter command;
+# default the clone's .venv), DTYPE (bfloat16, the study's), RECORDS (40), GREEDY_RECORDS (10), THREADS (2),
+# ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default all).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+litm=${1:-}
+RA=${RA:-"$here/.venv/bin/rope-adapter"}
+py="$(dirname "$RA")/python"
+dtype=${DTYPE:-bfloat16}
+records=${RECORDS:-40}
+greedy=${GREEDY_RECORDS:-10}
+threads=${THREADS:-2}
+model=qwen2.5-coder-0.5b-instruct
+study=benchmarks/results/search_qwen_lengths
+out=$study/verdict
+report=$study/search_report.json
+[ -f "$report" ] && [ -d "$study/adapter" ] || {
+    echo "no search_report.json or adapter/ in $study: finish the study first (its README's command)" >&2
+    exit 2
+}
+uniform=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['baselines']['best_uniform']['uniform'])" "$report")
+echo "best uniform factor (chosen on the confirmation records): $uniform"
+declare -A spec=([base]=base ["uniform"]="uniform:$uniform" [found]="found=adapter:$study/adapter")
+
+wanted() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
+
+run() { # run DIR ARGS...: one eval run unless DIR/results.json exists
+    local dir=$1
+    shift
+    if [ -f "$dir/results.json" ]; then
+        echo "skipping $dir: results.json exists"
+        return 0
+    fi
+    echo "$(date -u +%FT%TZ) $dir"
+    "$RA" eval --model "$model" --dtype "$dtype" --threads "$threads" --out "$dir" --no-progress "$@"
+}
+
+for pairs in 50 75 100; do
+    name=gen-$pairs
+    wanted "$name" || continue
+    for v in base uniform found; do
+        run "$out/$name/$v" --pairs "$pairs" --num-positions 10 --num-samples "$records" --seed 31 \
+            --variants "${spec[$v]}" --scores tf_accuracy,logprob
+    done
+done
+if [ -n "$litm" ]; then
+    for keys in 75 140; do
+        name=litm-$keys
+        wanted "$name" || continue
+            for v in base uniform found; do
+            run "$out/$name/$v" --data "$litm/kv-retrieval-${keys}_keys.jsonl.gz" --num-positions 10 \
+                --num-samples "$records" --seed 0 --variants "${spec[$v]}" --scores tf_accuracy,logprob
+        done
+    done
+fi
+for pairs in 50 75 100; do
+    wanted "greedy-$pairs" || continue
+    run "$out/greedy-$pairs" --pairs "$pairs" --num-positions 10 --num-samples "$greedy" --seed 31 \
+        --variants "base,${spec[uniform]},${spec[found]}" --scores accuracy,tf_accuracy
+done
+if wanted perplexity; then
+    mkdir -p "$out"
+    text="$out/perplexity_text.txt"
+    [ -f "$text" ] || "$py" -c "from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT as t; print(t)" >"$text"
+    run "$out/perplexity" --task perplexity --data "$text" --lengths 256 --num-windows 1 \
+        --variants "base,${spec[uniform]},${spec[found]}"
+fi
+if [ -n "$litm" ]; then
+    "$py" benchmarks/lengths_verdict.py "$study"
+else # a clone without the Lost in the Middle data: the generated sets only, written beside the full verdict
+    "$py" benchmarks/lengths_verdict.py "$study" --sets gen-50 gen-75 gen-100 --out "$out/verdict-generated-only"
+fi
