@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,14 +21,19 @@ from rope_adapter.differences import MeanDifference
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.paired import describe_difference, differences_by_position_and_record
 
+from .holdout_store import AttributeStore, holdout_key, stored_or_scored
 from .k_selection import select_k
 from .lengths import length_mask, study_lengths
 from .objective import answer_score
 from .report_types import Holdout, HoldoutConfig, HoldoutDifferences, KSelectionSummary, SearchReport
 
 
-def add_holdout(report: SearchReport, worker: Worker) -> None:
-    """Score base (all ones), best uniform and found factors on the held-out records and add the comparison."""
+def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | None = None) -> None:
+    """Score base (all ones), best uniform and found factors on the held-out records and add the comparison.
+
+    With a ``store`` (the study) each configuration's scores are kept there as soon as they are computed and read
+    back on the next run instead of being scored again (:mod:`search.holdout_store`).
+    """
 
     if worker.holdout is None:
         report["holdout"] = None
@@ -59,7 +65,16 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
     for name, factors in configs.items():
         key = tuple(round(float(f), 9) for f in factors)
         if key not in done:
-            done[key] = (worker.evaluator.score(factors, task, keep_logprobs=True), None)
+            done[key] = (
+                stored_or_scored(
+                    store,
+                    holdout_key(len(set(ids)), name, "score"),
+                    factors,
+                    task,
+                    partial(worker.evaluator.score, factors, task, keep_logprobs=True),
+                ),
+                None,
+            )
         scored = done[key][0]
         if (
             settings.objective.score == "soft"
@@ -95,7 +110,14 @@ def add_holdout(report: SearchReport, worker: Worker) -> None:
                 }
         if settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation:
             if done[key][1] is None:
-                done[key] = (scored, worker.evaluator.accuracy(factors, task, worker.task.is_correct))
+                greedy = stored_or_scored(
+                    store,
+                    holdout_key(len(set(ids)), name, "accuracy"),
+                    factors,
+                    task,
+                    partial(worker.evaluator.accuracy, factors, task, worker.task.is_correct),
+                )
+                done[key] = (scored, greedy)
             acc = done[key][1]
             accuracy[name] = acc.per_sample
             entry["accuracy_by_position"] = {str(p): v for p, v in acc.by_position.items()}

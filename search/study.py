@@ -248,7 +248,8 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
     adapter_dir = None
     chosen = report.get("chosen")
     if chosen is not None:
-        add_holdout(report, worker)
+        with storage_errors(shown_url, during_search=True):
+            add_holdout(report, worker, study)
         adapter_dir = out / "adapter"
         with output_errors(out):
             save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)

@@ -1,0 +1,130 @@
+"""Held-out scores kept in the study: an interrupted held-out step resumes where it stopped, and rebuilding a
+study's outputs (``--trials 0``) does not score the held-out records again.
+
+Each configuration's scores (base, best uniform, found; the teacher-forced pass and, with ``holdout_accuracy``,
+greedy decoding) are one study user attribute, :func:`holdout_key`, written as soon as they are computed. They are
+read back only for the same factors and the same number of samples; the records themselves are fixed by the study's
+fingerprint (model, dtype, task, seed, split). Values are kept as JSON numbers, which round-trip float64 exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypedDict, cast
+
+import numpy as np
+
+from rope_adapter.scoring.logprobs import TokenLogprobs, position_means
+from rope_adapter.scoring.shared_prefix import TokenizedTask
+
+from .objective import Scored
+
+HOLDOUT_ATTR = "holdout_scores"
+"""Prefix of the study user attributes that keep held-out scores."""
+
+
+class StoredLogprobs(TypedDict):
+    """A :class:`TokenLogprobs` as the study keeps it (its samples are the held-out task's own)."""
+
+    values: list[list[float]]
+    greedy: list[list[bool]] | None
+    margins: list[list[float]] | None
+    rows: list[int] | None
+
+
+class StoredScored(TypedDict):
+    """A :class:`~search.objective.Scored` of one configuration on the held-out records, as the study keeps it."""
+
+    factors: list[float]
+    samples: int
+    per_sample: list[float]
+    seconds: float
+    logprobs: StoredLogprobs | None
+    predictions: list[str] | None
+    exact: list[bool] | None
+    logprob: list[float] | None
+
+
+class AttributeStore(Protocol):
+    """Where the scores are kept: an Optuna study (``user_attrs`` and ``set_user_attr``)."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+    def set_user_attr(self, key: str, value: Any) -> None: ...
+
+
+def holdout_key(records: int, name: str, kind: str) -> str:
+    """The study user attribute of configuration ``name``'s ``kind`` ("score" or "accuracy") scores on ``records``
+    held-out records."""
+    return f"{HOLDOUT_ATTR}:{records}:{name}:{kind}"
+
+
+def _floats(values: np.ndarray | Sequence[float] | None) -> list[float] | None:
+    return None if values is None else [float(v) for v in np.asarray(values, dtype=np.float64)]
+
+
+def to_stored(scored: Scored, factors: Sequence[float]) -> StoredScored:
+    """``scored`` as JSON-ready lists."""
+    lp = scored.logprobs
+    logprobs: StoredLogprobs | None = None
+    if lp is not None:
+        logprobs = {
+            "values": [_floats(v) or [] for v in lp.values],
+            "greedy": None if lp.greedy is None else [[bool(x) for x in g] for g in lp.greedy],
+            "margins": None if lp.margins is None else [_floats(m) or [] for m in lp.margins],
+            "rows": None if lp.rows is None else [int(r) for r in lp.rows],
+        }
+    return {
+        "factors": [float(f) for f in factors],
+        "samples": len(scored.per_sample),
+        "per_sample": _floats(scored.per_sample) or [],
+        "seconds": float(scored.seconds),
+        "logprobs": logprobs,
+        "predictions": None if scored.predictions is None else [str(p) for p in scored.predictions],
+        "exact": None if scored.exact is None else [bool(x) for x in scored.exact],
+        "logprob": _floats(scored.logprob),
+    }
+
+
+def from_stored(saved: StoredScored, task: TokenizedTask) -> Scored:
+    """The :class:`Scored` that :func:`to_stored` kept, its samples those of ``task``."""
+    per_sample = np.asarray(saved["per_sample"], dtype=np.float64)
+    lp = saved["logprobs"]
+    logprobs = None
+    if lp is not None:
+        logprobs = TokenLogprobs(
+            samples=list(task.samples),
+            values=[np.asarray(v, dtype=np.float64) for v in lp["values"]],
+            greedy=None if lp["greedy"] is None else [np.asarray(g, dtype=bool) for g in lp["greedy"]],
+            rows=lp["rows"],
+            margins=None if lp["margins"] is None else [np.asarray(m, dtype=np.float64) for m in lp["margins"]],
+        )
+    return Scored(
+        per_sample=per_sample,
+        by_position=position_means(task.positions, per_sample),
+        seconds=saved["seconds"],
+        logprobs=logprobs,
+        predictions=saved["predictions"],
+        exact=None if saved["exact"] is None else np.asarray(saved["exact"], dtype=bool),
+        logprob=None if saved["logprob"] is None else np.asarray(saved["logprob"], dtype=np.float64),
+    )
+
+
+def stored_or_scored(
+    store: AttributeStore | None,
+    key: str,
+    factors: Sequence[float],
+    task: TokenizedTask,
+    compute: Callable[[], Scored],
+) -> Scored:
+    """The scores kept under ``key`` for these factors and this many samples, else ``compute()``, kept at once."""
+    if store is None:
+        return compute()
+    saved = store.user_attrs.get(key)
+    wanted = [float(f) for f in factors]
+    if isinstance(saved, dict) and saved.get("factors") == wanted and saved.get("samples") == len(task):
+        return from_stored(cast(StoredScored, saved), task)
+    scored = compute()
+    store.set_user_attr(key, to_stored(scored, wanted))
+    return scored

@@ -1,0 +1,104 @@
+"""Held-out scores are kept in the study: a resumed or rebuilt search reads them instead of scoring the held-out
+records again, an interrupted held-out step keeps what it finished, and other factors are scored afresh."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import optuna
+import pytest
+from testkit.searches import small
+
+from rope_adapter.search import holdout as holdout_mod
+from rope_adapter.search import holdout_store as hs
+from rope_adapter.search import run_search
+from rope_adapter.search.worker import make_worker
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Count the held-out step's scorings (teacher-forced and greedy), optionally failing at scoring ``fail_at``."""
+    calls = {"computed": 0, "fail_at": None}
+    original = holdout_mod.stored_or_scored
+
+    def counting(store, key, factors, task, compute):
+        def counted_compute():
+            calls["computed"] += 1
+            if calls["computed"] == calls["fail_at"]:
+                raise KeyboardInterrupt
+            return compute()
+
+        return original(store, key, factors, task, counted_compute)
+
+    monkeypatch.setattr(holdout_mod, "stored_or_scored", counting)
+    return calls
+
+
+def _holdout(report):
+    drop = {"seconds"}
+    return json.loads(json.dumps({k: v for k, v in report["holdout"].items() if k not in drop}, sort_keys=True))
+
+
+def _stored(settings):
+    study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
+    return {k: v for k, v in study.user_attrs.items() if k.startswith(hs.HOLDOUT_ATTR)}
+
+
+def test_a_rebuilt_search_reads_the_held_out_scores_instead_of_scoring_again(tmp_path, tiny_llama_dir, counted):
+    settings = small(tmp_path / "s", tiny_llama_dir, trials=6, holdout_accuracy=True)
+    first = run_search(settings).report
+    assert set(_stored(settings)) == {
+        hs.holdout_key(settings.holdout_records, name, kind)
+        for name in ("base", "best_uniform", "found")
+        for kind in ("score", "accuracy")
+    }
+    assert counted["computed"] == 6
+    counted.update(computed=0)
+    again = run_search(settings).report  # every trial done: only the outputs are rebuilt
+    assert counted["computed"] == 0
+    assert _holdout(again) == _holdout(first)  # every number, k selection and verdict included
+
+
+def test_an_interrupted_held_out_step_keeps_what_it_finished(tmp_path, tiny_llama_dir, counted):
+    settings = small(tmp_path / "s", tiny_llama_dir, trials=6)
+    counted.update(fail_at=2)  # the base scored, then Ctrl-C while the next configuration is scored
+    with pytest.raises(KeyboardInterrupt):
+        run_search(settings)
+    assert list(_stored(settings)) == [hs.holdout_key(settings.holdout_records, "base", "score")]
+    counted.update(computed=0, fail_at=None)
+    report = run_search(settings).report
+    configs = len({tuple(c["factors"]) for c in report["holdout"]["configs"].values()})
+    assert counted["computed"] == configs - 1  # the base is read, the others are scored
+    assert len(_stored(settings)) == configs
+
+
+def test_other_factors_or_samples_are_scored_afresh(tmp_path, tiny_llama_dir):
+    settings = small(tmp_path / "s", tiny_llama_dir, trials=4)
+    worker = make_worker(settings, 0)
+    task = worker.holdout
+    scored = worker.evaluator.score([1.1] * worker.num_layers, task, keep_logprobs=True)
+    kept = json.loads(json.dumps(hs.to_stored(scored, [1.1] * worker.num_layers)))  # as the study's JSON keeps it
+    back = hs.from_stored(kept, task)
+    assert np.array_equal(back.per_sample, scored.per_sample) and back.by_position == scored.by_position
+    for a, b in zip(back.logprobs.values, scored.logprobs.values, strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(back.logprobs.exact(), scored.logprobs.exact())
+    assert np.array_equal(back.logprobs.min_margin(), scored.logprobs.min_margin())
+    assert back.logprobs.samples == list(task.samples)
+
+    class Store:
+        user_attrs: dict = {"k": kept}
+
+        def set_user_attr(self, key, value):
+            self.user_attrs[key] = value
+
+    def fail():
+        raise AssertionError("scored again")
+
+    assert hs.stored_or_scored(Store(), "k", [1.1] * worker.num_layers, task, fail).seconds == scored.seconds
+    computed = []
+    for factors, samples in (([1.2] * worker.num_layers, len(task)), ([1.1] * worker.num_layers, len(task) + 1)):
+        Store.user_attrs = {"k": {**kept, "samples": samples}}
+        hs.stored_or_scored(Store(), "k", factors, task, lambda: computed.append(1) or scored)
+    assert computed == [1, 1]
