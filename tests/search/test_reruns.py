@@ -79,7 +79,9 @@ def test_searched_trials_and_parameters_run_elsewhere_are_not_repeated(made):
     assert "fixed_params" not in searched.system_attrs
     assert storage_mod.rerun_interrupted(study) == []  # the base is scored; a searched trial is proposed afresh
     # a baseline that Optuna's heartbeat already retries (a WAITING trial with its parameters) is not added again
-    study.enqueue_trial({k: 1.3 for k in base.system_attrs["fixed_params"]}, user_attrs={"baseline": "uniform", "uniform": 1.3})
+    study.enqueue_trial(
+        {k: 1.3 for k in base.system_attrs["fixed_params"]}, user_attrs={"baseline": "uniform", "uniform": 1.3}
+    )
     failed = _fail_next(study)
     assert failed.user_attrs["uniform"] == 1.3
     study.add_trial(
