@@ -141,37 +141,24 @@ def greedy_rows(verdict: Path, uniform: str) -> list[dict[str, Any]]:
 
 
 def markdown(pooled: list[dict[str, Any]], sets: list[dict[str, Any]], greedy: list[dict[str, Any]]) -> str:
-    fmt, fmt_interval = headline.fmt, headline.fmt_interval
-    lines = [
-        headline.markdown(pooled).rstrip("\n"),
-        "",
-        "## Each set: bootstrap intervals and gold positions",
-        "",
-        "| set | comparison | records | means | mean [95 % t CI] | bootstrap CI | by gold position |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for r in sets:
-        per = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in r["by_position"].items())
-        lines.append(
-            f"| {r['set']} | {r['variant']} - {r['reference']} | {r['records']} | "
-            f"{fmt(r['variant_mean'])} vs {fmt(r['reference_mean'])} | "
-            f"{fmt_interval(r['mean'], r['ci_low'], r['ci_high'], sign=True)} | "
-            f"[{fmt(r['bootstrap_low'], sign=True)}, {fmt(r['bootstrap_high'], sign=True)}] | {per} |"
-        )
+    header, rule = pairing.TABLE_HEADER.split("\n")
+    lines = [headline.markdown(pooled).rstrip("\n"), "", "## Each set: bootstrap intervals and gold positions", ""]
+    lines += [f"| set {header}", f"|---{rule}", *(f"| {r['set']} {pairing.table_row(r)}" for r in sets)]
     if greedy:
-        lines += [
-            "",
-            "## Greedy decoding",
-            "",
-            "| set | greedy accuracy | agrees with the teacher-forced verdict | found - best uniform (greedy) |",
-            "|---|---|---|---|",
-        ]
+        lines += ["", "## Greedy decoding", ""]
+        lines.append(
+            "| set | greedy accuracy | agrees with the teacher-forced verdict | found - best uniform (greedy) |"
+        )
+        lines.append("|---|---|---|---|")
         for g in greedy:
-            acc = ", ".join(f"{v} {fmt(a)}" for v, a in g["accuracy"].items())
-            agree = ", ".join(f"{v} {n}/{t}" for v, (n, t) in g["agreement"].items())
             d = g["found - best uniform"]
-            diff = fmt_interval(d["mean"], d["ci_low"], d["ci_high"], sign=True)
-            lines.append(f"| {g['set']} | {acc} | {agree} | {diff} |")
+            cells = [
+                g["set"],
+                ", ".join(f"{v} {headline.fmt(a)}" for v, a in g["accuracy"].items()),
+                ", ".join(f"{v} {n}/{t}" for v, (n, t) in g["agreement"].items()),
+                headline.fmt_interval(d["mean"], d["ci_low"], d["ci_high"], sign=True),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -109,6 +109,23 @@ def compare(
     }
 
 
+TABLE_HEADER = (
+    "| metric | comparison | records (seeds) | means | by position | mean [95 % t CI] | bootstrap CI | verdict |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
+
+
+def table_row(r: dict[str, Any]) -> str:
+    """One :func:`compare` row in the columns of :data:`TABLE_HEADER`."""
+    per = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in r["by_position"].items())
+    boot = f"[{fmt(r['bootstrap_low'], sign=True)}, {fmt(r['bootstrap_high'], sign=True)}]"
+    return (
+        f"| {r['metric']} | {r['variant']} - {r['reference']} | {r['records']} ({', '.join(r['seeds'])}) | "
+        f"{fmt(r['variant_mean'])} vs {fmt(r['reference_mean'])} | {per} | "
+        f"{fmt_interval(r['mean'], r['ci_low'], r['ci_high'], sign=True)} | {boot} | {r['verdict']} |"
+    )
+
+
 def markdown(rows: list[dict[str, Any]], paths: list[Path]) -> str:
     lines = [
         "# Paired differences between `rope-adapter eval` runs",
@@ -118,17 +135,9 @@ def markdown(rows: list[dict[str, Any]], paths: list[Path]) -> str:
         "Matched by (record, gold position); records of all runs pooled; differences paired by record: 95 % t "
         "interval over records, and a percentile bootstrap interval over records (10,000 resamples, seed 0).",
         "",
-        "| metric | comparison | records (seeds) | means | by position | mean [95 % t CI] | bootstrap CI | verdict |",
-        "|---|---|---|---|---|---|---|---|",
+        TABLE_HEADER,
+        *(table_row(r) for r in rows),
     ]
-    for r in rows:
-        per = " / ".join(f"{p}: {fmt(v, sign=True)}" for p, v in r["by_position"].items())
-        boot = f"[{fmt(r['bootstrap_low'], sign=True)}, {fmt(r['bootstrap_high'], sign=True)}]"
-        lines.append(
-            f"| {r['metric']} | {r['variant']} - {r['reference']} | {r['records']} ({', '.join(r['seeds'])}) | "
-            f"{fmt(r['variant_mean'])} vs {fmt(r['reference_mean'])} | {per} | "
-            f"{fmt_interval(r['mean'], r['ci_low'], r['ci_high'], sign=True)} | {boot} | {r['verdict']} |"
-        )
     return "\n".join(lines) + "\n"
 
 

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 from testkit.eval_runs import eval_runner, load_benchmark
+from testkit.litm_files import write_kv_file
 from testkit.searches import small
 
 from rope_adapter.search import run_search
@@ -26,13 +27,8 @@ def verdict(tmp_path_factory):
     report = run_search(settings).report
     uniform = f"uniform:{report['baselines']['best_uniform']['uniform']:g}"
     specs = {"base": "base", "uniform": uniform, "found": f"found=adapter:{study / 'adapter'}"}
+    litm = write_kv_file(root / "kv-3.jsonl", num_records=6, num_pairs=3)
     rng = np.random.default_rng(0)
-    litm = root / "kv-3.jsonl"
-    rows = [
-        {"ordered_kv_records": [[f"k{i}-{j}-{rng.integers(1e9)}", f"v{i}-{j}"] for j in range(3)], "key": "", "value": ""}
-        for i in range(6)
-    ]  # fmt: skip
-    litm.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for name in SETS:
         kind, n = name.split("-")
         for v, spec in specs.items():

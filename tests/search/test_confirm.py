@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
+from testkit.litm_files import write_kv_file
 from testkit.searches import small
 
 from rope_adapter.search import SearchError, run_search
@@ -30,14 +31,7 @@ def test_confirmation_records_are_disjoint_and_leave_the_split_alone(tmp_path, m
     on changes neither the search nor the held-out records."""
     overrides = {"search_records": 5, "holdout_records": 4, "confirm_records": 6}
     if from_file:
-        rng = np.random.default_rng(0)
-        path = tmp_path / "kv.jsonl"
-        rows = [
-            {"ordered_kv_records": [[f"k{i}-{j}-{rng.integers(1e9)}", f"v{i}-{j}"] for j in range(3)], "key": "", "value": ""}
-            for i in range(20)
-        ]  # fmt: skip
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        overrides["data"] = str(path)
+        overrides["data"] = str(write_kv_file(tmp_path / "kv.jsonl", num_records=20, num_pairs=3))
     on = small(tmp_path / "out", model_dir, **overrides)
     off = replace(on, confirm_top=0)
     _, search, holdout = load_split(on)
