@@ -9,7 +9,7 @@ fingerprint (model, dtype, task, seed, split). Values are kept as JSON numbers, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypedDict, cast
 
 import numpy as np
@@ -49,7 +49,7 @@ class AttributeStore(Protocol):
     """Where the scores are kept: an Optuna study (``user_attrs`` and ``set_user_attr``)."""
 
     @property
-    def user_attrs(self) -> dict[str, Any]: ...
+    def user_attrs(self) -> Mapping[str, object]: ...
 
     def set_user_attr(self, key: str, value: Any) -> None: ...
 
