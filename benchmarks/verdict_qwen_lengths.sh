@@ -16,7 +16,8 @@
 # results.json is skipped when it exists, so the script resumes where it stopped; the runs of one set score the same
 # records, and benchmarks/pair_eval_results.py pairs them by record. Environment: RA (the rope-adapter command;
 # default the clone's .venv), DTYPE (bfloat16, the study's), RECORDS (40), GREEDY_RECORDS (10), THREADS (2),
-# ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default all).
+# ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default all); for another study of the
+# same design: STUDY (its folder), MODEL, GEN_PAIRS ("50 75 100"), LITM_KEYS ("75 140"), POSITIONS (10).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
@@ -27,8 +28,11 @@ dtype=${DTYPE:-bfloat16}
 records=${RECORDS:-40}
 greedy=${GREEDY_RECORDS:-10}
 threads=${THREADS:-2}
-model=qwen2.5-coder-0.5b-instruct
-study=benchmarks/results/search_qwen_lengths
+model=${MODEL:-qwen2.5-coder-0.5b-instruct}
+study=${STUDY:-benchmarks/results/search_qwen_lengths}
+gen_pairs=${GEN_PAIRS:-50 75 100}
+litm_keys=${LITM_KEYS:-75 140}
+positions=${POSITIONS:-10}
 out=$study/verdict
 report=$study/search_report.json
 [ -f "$report" ] && [ -d "$study/adapter" ] || {
@@ -52,27 +56,27 @@ run() { # run DIR ARGS...: one eval run unless DIR/results.json exists
     "$RA" eval --model "$model" --dtype "$dtype" --threads "$threads" --out "$dir" --no-progress "$@"
 }
 
-for pairs in 50 75 100; do
+for pairs in $gen_pairs; do
     name=gen-$pairs
     wanted "$name" || continue
     for v in base uniform found; do
-        run "$out/$name/$v" --pairs "$pairs" --num-positions 10 --num-samples "$records" --seed 31 \
+        run "$out/$name/$v" --pairs "$pairs" --num-positions "$positions" --num-samples "$records" --seed 31 \
             --variants "${spec[$v]}" --scores tf_accuracy,logprob
     done
 done
 if [ -n "$litm" ]; then
-    for keys in 75 140; do
+    for keys in $litm_keys; do
         name=litm-$keys
         wanted "$name" || continue
             for v in base uniform found; do
-            run "$out/$name/$v" --data "$litm/kv-retrieval-${keys}_keys.jsonl.gz" --num-positions 10 \
+            run "$out/$name/$v" --data "$litm/kv-retrieval-${keys}_keys.jsonl.gz" --num-positions "$positions" \
                 --num-samples "$records" --seed 0 --variants "${spec[$v]}" --scores tf_accuracy,logprob
         done
     done
 fi
-for pairs in 50 75 100; do
+for pairs in $gen_pairs; do
     wanted "greedy-$pairs" || continue
-    run "$out/greedy-$pairs" --pairs "$pairs" --num-positions 10 --num-samples "$greedy" --seed 31 \
+    run "$out/greedy-$pairs" --pairs "$pairs" --num-positions "$positions" --num-samples "$greedy" --seed 31 \
         --variants "base,${spec[uniform]},${spec[found]}" --scores accuracy,tf_accuracy
 done
 if wanted perplexity; then
@@ -82,8 +86,11 @@ if wanted perplexity; then
     run "$out/perplexity" --task perplexity --data "$text" --lengths 256 --num-windows 1 \
         --variants "base,${spec[uniform]},${spec[found]}"
 fi
+sets=()
+for pairs in $gen_pairs; do sets+=("gen-$pairs"); done
 if [ -n "$litm" ]; then
-    "$py" benchmarks/lengths_verdict.py "$study"
+    for keys in $litm_keys; do sets+=("litm-$keys"); done
+    "$py" benchmarks/lengths_verdict.py "$study" --sets "${sets[@]}"
 else # a clone without the Lost in the Middle data: the generated sets only, written beside the full verdict
-    "$py" benchmarks/lengths_verdict.py "$study" --sets gen-50 gen-75 gen-100 --out "$out/verdict-generated-only"
+    "$py" benchmarks/lengths_verdict.py "$study" --sets "${sets[@]}" --out "$out/verdict-generated-only"
 fi
