@@ -60,7 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=output_path, default=Path("demo-report"), help="report folder (default: demo-report)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="base model (default: the embedded SmolLM2)")
     p.add_argument("--pairs", type=cli_int, default=10, help="key-value pairs per record (default: 10)")
-    p.add_argument("--positions", type=cli_int, nargs="+", default=[0, 4, 9], help="gold positions (default: 0 4 9)")
+    p.add_argument(
+        "--positions",
+        type=cli_int,
+        nargs="+",
+        default=None,
+        help="gold positions (default: search's and eval's, every position of a record of up to 25 pairs: at 10 "
+        "pairs all 10 cost 2.2x the CPU of 3 and gave 0.75-0.97x the standard error per CPU-hour, "
+        "benchmarks/results/positions_per_record_smollm2_10pairs)",
+    )
     p.add_argument("--trials", type=cli_int, default=24, help="search trials (default: 24)")
     p.add_argument(
         "--sampler",
@@ -245,7 +253,9 @@ def headline(table: ResultsTable) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     start = time.time()
     out: Path = args.out
-    positions = [str(p) for p in args.positions]
+    positions = [] if args.positions is None else [str(p) for p in args.positions]
+    search_positions = ["--positions", *positions] if positions else []  # none given: the task's default
+    eval_positions = ["--positions", ",".join(positions)] if positions else []
     commands: list[str] = []
     base_eval, search_dir, heldout_eval, export_dir = (
         out / "1-base-eval",
@@ -256,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     common_task = ["--model", args.model, "--task", "kv_retrieval", "--pairs", str(args.pairs)]
     search_argv = (
         ["search", *common_task]
-        + ["--positions", *positions, "--search-records", str(args.search_records)]
+        + [*search_positions, "--search-records", str(args.search_records)]
         + [
             "--holdout-records",
             str(args.eval_records),
@@ -282,7 +292,7 @@ def run(args: argparse.Namespace) -> int:
     _step(
         1,
         "the base model's score by gold position",
-        ["eval", *common_task, "--positions", ",".join(positions), "--num-samples", str(args.eval_records)]
+        ["eval", *common_task, *eval_positions, "--num-samples", str(args.eval_records)]
         + ["--variants", "base", "--seed", "1", "--out", str(base_eval)],
         commands,
     )
@@ -298,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
         "held-out evaluation: base vs best uniform factor vs found adapter"
         + (" vs a full search's adapter" if reference is not None else "")
         + " (fresh records)",
-        ["eval", *common_task, "--positions", ",".join(positions), "--num-samples", str(args.eval_records)]
+        ["eval", *common_task, *eval_positions, "--num-samples", str(args.eval_records)]
         + ["--variants", variants, "--seed", "2", "--out", str(heldout_eval)],
         commands,
     )
@@ -320,11 +330,12 @@ def run(args: argparse.Namespace) -> int:
 
     print("\n[5/5] writing the report", flush=True)
     minutes = (time.time() - start) / 60
+    shown_positions = ", ".join(str(p) for p in report["task"]["positions"])
     lines = [
         "# rope-adapter demo report",
         "",
         f"Model: `{args.model}`. Task: KV retrieval (Lost in the Middle format), {args.pairs} key-value pairs, gold "
-        f"at positions {', '.join(positions)}. Layer-specific RoPE scaling (arXiv 2503.04355): layer l rotates "
+        f"at positions {shown_positions}. Layer-specific RoPE scaling (arXiv 2503.04355): layer l rotates "
         f"queries and keys with inv_freq / s_l; the factors s_l follow a Bezier curve over depth found by "
         f"`{report['study']['sampler']}` (Optuna).",
         f"Total time: {minutes:.1f} minutes.",

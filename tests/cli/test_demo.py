@@ -30,7 +30,7 @@ def test_demo_end_to_end_on_a_tiny_model(tmp_path, capsys):
     get_peft_model(tiny_model("llama", num_layers=3), LrsConfig(factors=[0.7, 1.3, 0.9])).save_pretrained(reference)
 
     rc = main(
-        ["demo", "--model", str(model_dir), "--out", str(out), "--pairs", "3", "--positions", "0", "2"]
+        ["demo", "--model", str(model_dir), "--out", str(out), "--pairs", "3"]  # positions: the task's default
         + ["--trials", "3", "--search-records", "1", "--eval-records", "2", "--reference-adapter", str(reference)]
     )
     assert rc == 0
@@ -53,8 +53,9 @@ def test_demo_end_to_end_on_a_tiny_model(tmp_path, capsys):
     assert "- `demo-search`: the adapter this demo's small search found" in report
     assert f"- `{REFERENCE_LABEL}`: the adapter given with `--reference-adapter` (`{reference}`)" in report
     assert heldout["settings"]["seed"] == 2  # fresh records, not the base eval's (seed 1)
-    for entry in heldout["summary"].values():
-        assert set(entry["logprob"]["by_position"]) == {"0", "2"}
+    for entry in heldout["summary"].values():  # every position of a 3-pair record, as search and eval default
+        assert set(entry["logprob"]["by_position"]) == {"0", "1", "2"}
+    assert "gold at positions 0, 1, 2." in report and "--positions" not in report
 
     # the adapter and the exported model agree, and the export loads without PEFT
     _, factors = rope_adapter.read_adapter_factors(out / "2-search" / "adapter")
