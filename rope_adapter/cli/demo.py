@@ -92,6 +92,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--s-max", type=cli_float, default=1.2, help="largest factor (default: 1.2)")
     p.add_argument("--search-records", type=cli_int, default=4, help="records scored by every trial (default: 4)")
     p.add_argument("--eval-records", type=cli_int, default=8, help="records per evaluation (default: 8)")
+    p.add_argument(
+        "--confirm-top",
+        type=cli_int,
+        default=2,
+        help="searched curves and uniform factors re-scored on the confirmation records (default: 2)",
+    )
+    p.add_argument(
+        "--confirm-records",
+        type=cli_int,
+        default=8,
+        help="confirmation records (default: 8; with 2 curves and 2 factors about the cost of 8 of the demo's "
+        "trials: search's own default, 3 and 3 on 60 records, is sized for searches of 40 records and would cost "
+        "four times the demo's whole search)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace OUT/4-exported when it exists (refused otherwise)")
     p.add_argument(
         "--reference-adapter",
@@ -275,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
             "--population",
             str(args.population),
         ]
+        + ["--confirm-top", str(args.confirm_top), "--confirm-records", str(args.confirm_records)]
         + (["--sampler", args.sampler] if args.sampler else [])
         + ["--s-min", f"{args.s_min:g}", "--s-max", f"{args.s_max:g}"]
         + [

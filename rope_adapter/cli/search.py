@@ -148,8 +148,8 @@ def _interrupts_in_one_line() -> Iterator[None]:
             yield
     except KeyboardInterrupt:
         raise CliInterrupted(
-            "interrupted: the study keeps its finished trials (the one running is recorded as failed and run "
-            "again); run the same command to resume"
+            "interrupted: the study keeps its finished trials and scores (the one running is recorded as failed; "
+            "a baseline is run again); run the same command to resume"
         ) from None
     finally:
         logger.removeFilter(log_filter)
