@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
 
 from rope_adapter.scoring.logprobs import position_means
 
+from .kept_scores import kept_or_computed
 from .objective import ObjectiveSpec
 from .report import select_key, trial_record
 from .report_types import Confirmation, ConfirmedCandidate, TrialRecord
@@ -101,20 +103,20 @@ def run_confirmation(
 
     positions = task.positions
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
-    stored = study.user_attrs
     confirmed: list[ConfirmedCandidate] = []
     chosen: dict[str, int | None] = {}
     for group, pool in candidates(records, spec, settings.objective.select, settings.confirm_top).items():
         best: tuple[tuple[float, ...], int] | None = None
         for record in pool:
-            key = confirmation_key(settings.confirm_records, record["number"])
-            saved: ConfirmationScores | None = stored.get(key)
-            fresh = not (isinstance(saved, dict) and saved.get("factors") == record["factors"])
-            if fresh:
-                per_sample = np.asarray(score(record["factors"]), dtype=np.float64)
-                saved = {"factors": record["factors"], "sample_scores": [round(float(x), 6) for x in per_sample]}
-                study.set_user_attr(key, saved)
-            by_position = position_means(positions, np.asarray(saved["sample_scores"], dtype=np.float64))
+            sample_scores, fresh = kept_or_computed(
+                study,
+                confirmation_key(settings.confirm_records, record["number"]),
+                record["factors"],
+                partial(score, record["factors"]),
+                dump=lambda value: {"sample_scores": [round(float(x), 6) for x in value]},
+                load=lambda saved: cast(ConfirmationScores, saved)["sample_scores"],
+            )
+            by_position = position_means(positions, np.asarray(sample_scores, dtype=np.float64))
             summary = spec.summary(by_position)
             search = {k: float(v) for k, v in (record["objectives"] or {}).items()}
             confirmed.append(

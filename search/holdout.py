@@ -53,6 +53,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
     task = worker.holdout
     positions = task.positions
     ids = [s.record_id for s in task.samples]
+    records = len(set(ids))
     scores: dict[str, np.ndarray] = {}
     accuracy: dict[str, np.ndarray] = {}
     tf_accuracy: dict[str, np.ndarray] = {}  # teacher-forced exact match (greedy's verdict without decoding)
@@ -68,7 +69,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
             done[key] = (
                 stored_or_scored(
                     store,
-                    holdout_key(len(set(ids)), name, "score"),
+                    holdout_key(records, name, "score"),
                     factors,
                     task,
                     partial(worker.evaluator.score, factors, task, keep_logprobs=True),
@@ -112,7 +113,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
             if done[key][1] is None:
                 greedy = stored_or_scored(
                     store,
-                    holdout_key(len(set(ids)), name, "accuracy"),
+                    holdout_key(records, name, "accuracy"),
                     factors,
                     task,
                     partial(worker.evaluator.accuracy, factors, task, worker.task.is_correct),
@@ -124,48 +125,42 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
         if worker.base_nll is not None:
             entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
         configs_out[name] = entry
-    differences: dict[str, HoldoutDifferences] = {}
-    for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base")):
-        if a in scores and b in scores:
-            pair: HoldoutDifferences = {
-                **differences_by_position_and_record(scores[a], scores[b], positions, ids, settings.study.seed)
-            }
-            if a in accuracy and b in accuracy:
-                pair["accuracy"] = differences_by_position_and_record(
-                    accuracy[a], accuracy[b], positions, ids, settings.study.seed
+
+    def paired(a: str, b: str, mask: np.ndarray, measures: dict[str, dict[str, np.ndarray]]) -> HoldoutDifferences:
+        """``a - b`` on the samples in ``mask``: the score, and each measure both configurations have."""
+        kept_ids = [i for i, m in zip(ids, mask, strict=True) if m]
+        pair: HoldoutDifferences = {
+            **differences_by_position_and_record(
+                scores[a][mask], scores[b][mask], positions[mask], kept_ids, settings.study.seed
+            )
+        }
+        for measure, values in measures.items():
+            if a in values and b in values:
+                pair[measure] = differences_by_position_and_record(
+                    values[a][mask], values[b][mask], positions[mask], kept_ids, settings.study.seed
                 )
-            if a in tf_accuracy and b in tf_accuracy:
-                pair["tf_accuracy"] = differences_by_position_and_record(
-                    tf_accuracy[a], tf_accuracy[b], positions, ids, settings.study.seed
-                )
-            score_is_whole_logprob = settings.objective.score == "logprob" and k_used is None
-            if a in whole and b in whole and not score_is_whole_logprob:
-                # the first-k score can rise while copying the rest of the answer gets worse: check it here
-                pair["whole_answer"] = differences_by_position_and_record(
-                    whole[a], whole[b], positions, ids, settings.study.seed
-                )
-            differences[f"{a}-{b}"] = pair
+        return pair
+
+    measures = {"accuracy": accuracy, "tf_accuracy": tf_accuracy}
+    if not (settings.objective.score == "logprob" and k_used is None):
+        # the first-k score can rise while copying the rest of the answer gets worse: check it here
+        measures["whole_answer"] = whole
+    every = np.ones(len(positions), dtype=bool)
+    differences: dict[str, HoldoutDifferences] = {
+        f"{a}-{b}": paired(a, b, every, measures)
+        for a, b in (("found", "base"), ("found", "best_uniform"), ("best_uniform", "base"))
+        if a in scores and b in scores
+    }
     lengths = study_lengths(settings.task.pairs)
-    by_length: dict[str, dict[str, HoldoutDifferences]] = {}
-    for pairs in lengths if len(lengths) > 1 else ():  # each length's paired differences, on its own samples
-        mask = length_mask(positions, pairs)
-        masked_ids = [i for i, m in zip(ids, mask, strict=True) if m]
-        entry: dict[str, HoldoutDifferences] = {}
-        for key in differences:
-            a, b = key.split("-")
-            pair = {
-                **differences_by_position_and_record(
-                    scores[a][mask], scores[b][mask], positions[mask], masked_ids, settings.study.seed
-                )
-            }
-            if a in tf_accuracy and b in tf_accuracy:  # the verdict's metric at each length (pooled by lengths later)
-                pair["tf_accuracy"] = differences_by_position_and_record(
-                    tf_accuracy[a][mask], tf_accuracy[b][mask], positions[mask], masked_ids, settings.study.seed
-                )
-            entry[key] = pair
-        by_length[str(pairs)] = entry
+    by_length = {  # each length's paired differences on its own samples, in the verdict's metric too
+        str(pairs): {
+            key: paired(*key.split("-"), length_mask(positions, pairs), {"tf_accuracy": tf_accuracy})
+            for key in differences
+        }
+        for pairs in (lengths if len(lengths) > 1 else ())
+    }
     holdout: Holdout = {
-        "records": len(set(ids)),
+        "records": records,
         "samples": len(task),
         "samples_per_position": {str(int(p)): int((positions == p).sum()) for p in np.unique(positions)},
         "score": score_name,

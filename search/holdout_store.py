@@ -2,21 +2,23 @@
 study's outputs (``--trials 0``) does not score the held-out records again.
 
 Each configuration's scores (base, best uniform, found; the teacher-forced pass and, with ``holdout_accuracy``,
-greedy decoding) are one study user attribute, :func:`holdout_key`, written as soon as they are computed. They are
-read back only for the same factors and the same number of samples; the records themselves are fixed by the study's
-fingerprint (model, dtype, task, seed, split). Values are kept as JSON numbers, which round-trip float64 exactly.
+greedy decoding) are one study user attribute, :func:`holdout_key`, written as soon as they are computed
+(:mod:`search.kept_scores`). They are read back only for the same factors and the same number of samples; the
+records themselves are fixed by the study's fingerprint (model, dtype, task, seed, split). Values are kept as JSON
+numbers, which round-trip float64 exactly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypedDict, cast
+from collections.abc import Callable, Sequence
+from typing import TypedDict, cast
 
 import numpy as np
 
 from rope_adapter.scoring.logprobs import TokenLogprobs, position_means
 from rope_adapter.scoring.shared_prefix import TokenizedTask
 
+from .kept_scores import AttributeStore, kept_or_computed
 from .objective import Scored
 
 HOLDOUT_ATTR = "holdout_scores"
@@ -43,15 +45,6 @@ class StoredScored(TypedDict):
     predictions: list[str] | None
     exact: list[bool] | None
     logprob: list[float] | None
-
-
-class AttributeStore(Protocol):
-    """Where the scores are kept: an Optuna study (``user_attrs`` and ``set_user_attr``)."""
-
-    @property
-    def user_attrs(self) -> Mapping[str, object]: ...
-
-    def set_user_attr(self, key: str, value: Any) -> None: ...
 
 
 def holdout_key(records: int, name: str, kind: str) -> str:
@@ -119,12 +112,13 @@ def stored_or_scored(
     compute: Callable[[], Scored],
 ) -> Scored:
     """The scores kept under ``key`` for these factors and this many samples, else ``compute()``, kept at once."""
-    if store is None:
-        return compute()
-    saved = store.user_attrs.get(key)
-    wanted = [float(f) for f in factors]
-    if isinstance(saved, dict) and saved.get("factors") == wanted and saved.get("samples") == len(task):
-        return from_stored(cast(StoredScored, saved), task)
-    scored = compute()
-    store.set_user_attr(key, to_stored(scored, wanted))
+    scored, _ = kept_or_computed(
+        store,
+        key,
+        factors,
+        compute,
+        dump=lambda value: dict(to_stored(value, factors)),
+        load=lambda saved: from_stored(cast(StoredScored, saved), task),
+        usable=lambda saved: saved.get("samples") == len(task),
+    )
     return scored

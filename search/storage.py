@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from .bezier import BezierSpace
 from .fingerprint import StudyFingerprint, fingerprint_differences, read_stored_fingerprint
 from .samplers import DEFAULT_SAMPLER
 from .settings import SearchError, SearchSettings
+from .storage_url import MAX_RETRIES
 
 SETTINGS_ATTR = "rope_adapter_search"
 """Study user attribute holding the settings a study was made with (compared when a study is resumed)."""
@@ -30,8 +32,8 @@ BASELINE_ATTR = "baseline"
 """User attribute of the enqueued baseline trials: ``"base"`` or ``"uniform"``."""
 RERUN_ATTR = "rerun_of"
 """User attribute of a trial enqueued again by :func:`rerun_interrupted`: the number of the failed trial it repeats."""
-MAX_RERUNS = 2
-"""How often an enqueued trial's parameters are run again after failures (as Optuna's heartbeat retry: 2)."""
+MAX_RERUNS = MAX_RETRIES
+"""How often an enqueued trial's parameters are run again after failures (as Optuna's heartbeat retries them)."""
 
 
 def resolve_sampler(settings: SearchSettings, storage: Any) -> SearchSettings:
@@ -154,10 +156,7 @@ def rerun_interrupted(study: optuna.Study) -> list[int]:
     """
     trials = study.get_trials(deepcopy=False)
     settled = {_parameters(t) for t in trials if t.state != optuna.trial.TrialState.FAIL}
-    failures: dict[tuple[tuple[str, float], ...], int] = {}
-    for t in trials:
-        if t.state == optuna.trial.TrialState.FAIL:
-            failures[_parameters(t)] = failures.get(_parameters(t), 0) + 1
+    failures = Counter(_parameters(t) for t in trials if t.state == optuna.trial.TrialState.FAIL)
     enqueued = []
     for trial in trials:
         fixed = trial.system_attrs.get("fixed_params")

@@ -12,6 +12,10 @@ import optuna
 from .quiet import quiet_optuna
 from .settings import SearchError, redact_url
 
+MAX_RETRIES = 2
+"""How often Optuna's heartbeat retries a killed worker's trial (and :func:`search.storage.rerun_interrupted` an
+interrupted baseline)."""
+
 SCHEMA_ATTEMPTS = 5
 
 
@@ -57,9 +61,9 @@ def open_storage(url: str, heartbeat: int = 30) -> Any:
         with quiet_optuna():
             retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
             if retry is not None:  # Optuna >= 4.9
-                stale = {"heartbeat_stale_trial_callback": retry(max_retry=2)}
+                stale = {"heartbeat_stale_trial_callback": retry(max_retry=MAX_RETRIES)}
             else:
-                stale = {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=2)}
+                stale = {"failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=MAX_RETRIES)}
             for attempt in range(SCHEMA_ATTEMPTS):
                 try:
                     return optuna.storages.RDBStorage(
