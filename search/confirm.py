@@ -9,7 +9,9 @@ the confirmation score (ties keep the search-set order), and every candidate's s
 confirmation score) is reported. The held-out records are not touched here: they stay for the verdict.
 
 Confirmation scores are stored in the study (a study user attribute per trial and confirmation size, so it works
-with any Optuna RDB storage): a resumed or re-run search reads them back and scores only new candidates.
+with any Optuna RDB storage): a resumed or re-run search reads them back and scores only new candidates. A
+candidate is scored a few records at a time (:data:`~search.data.CONFIRM_PART_RECORDS`), each part kept as it
+finishes, so a search stopped inside a candidate resumes at its first part not kept.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 from rope_adapter.scoring.logprobs import position_means
 
-from .kept_scores import kept_or_computed
+from .kept_scores import kept_or_computed_in_parts
 from .objective import ObjectiveSpec
 from .report import select_key, trial_record
 from .report_types import Confirmation, ConfirmedCandidate, TrialRecord
@@ -86,7 +88,8 @@ def run_confirmation(
         trials: the study's trials.
         worker: the main worker; ``worker.confirm`` holds the tokenised confirmation records.
         search_choice: (found, best uniform) trial numbers chosen on the search set.
-        score: per-sample scores of a factor set on the confirmation records (default: the worker's evaluator).
+        score: per-sample scores of a factor set on the confirmation records, all in one part (default: the worker's
+            evaluator, part by part over ``worker.confirm_parts``).
     Returns:
         None when confirmation is off (``confirm_top`` 0) or there are no confirmation records.
     """
@@ -96,10 +99,12 @@ def run_confirmation(
         return None
     start = time.time()
     spec = settings.objective_spec()
-    if score is None:
 
-        def score(factors: Sequence[float]) -> np.ndarray:
-            return worker.evaluator.score(factors, task).per_sample
+    def parts(factors: Sequence[float]) -> list[Callable[[], np.ndarray]]:
+        if score is not None:
+            return [partial(score, factors)]
+        pieces = worker.confirm_parts or [task]
+        return [partial(lambda part: worker.evaluator.score(factors, part).per_sample, part) for part in pieces]
 
     positions = task.positions
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
@@ -108,13 +113,15 @@ def run_confirmation(
     for group, pool in candidates(records, spec, settings.objective.select, settings.confirm_top).items():
         best: tuple[tuple[float, ...], int] | None = None
         for record in pool:
-            sample_scores, fresh = kept_or_computed(
+            sample_scores, fresh = kept_or_computed_in_parts(
                 study,
                 confirmation_key(settings.confirm_records, record["number"]),
                 record["factors"],
-                partial(score, record["factors"]),
+                parts(record["factors"]),
+                combine=lambda values: np.concatenate([np.asarray(v, dtype=np.float64) for v in values]),
                 dump=lambda value: {"sample_scores": [round(float(x), 6) for x in value]},
-                load=lambda saved: cast(ConfirmationScores, saved)["sample_scores"],
+                load=lambda saved: np.asarray(cast(ConfirmationScores, saved)["sample_scores"], dtype=np.float64),
+                usable=lambda saved: len(cast(ConfirmationScores, saved)["sample_scores"]) == len(task),
             )
             by_position = position_means(positions, np.asarray(sample_scores, dtype=np.float64))
             summary = spec.summary(by_position)

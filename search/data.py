@@ -134,6 +134,22 @@ def length_samples(splits: list[LengthSplit], part: int, first: int = 0, last: i
     return samples
 
 
+CONFIRM_PART_RECORDS = 4
+"""Confirmation records scored (and kept in the study) together: a stopped confirmation resumes at the first part
+not kept, so it loses at most this many records of one length."""
+
+
+def part_samples(splits: list[LengthSplit], part: int, size: int) -> list[list[Any]]:
+    """The samples of one part (:data:`SEARCH`, :data:`HOLDOUT`, :data:`CONFIRM`) in pieces of at most ``size``
+    records of one length, in :func:`length_samples`'s order: their concatenation is ``length_samples(splits,
+    part)``."""
+    pieces = []
+    for split in splits:
+        for first in range(0, len(split[2 + part]), size):
+            pieces.append(length_samples([split], part, first, first + size))
+    return pieces
+
+
 def perplexity_text_path(settings: SearchSettings) -> Path | None:
     """The perplexity guard's text file (the built-in text is written into ``out`` so that it can be read)."""
     if settings.space.max_ppl_increase is None:

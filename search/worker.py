@@ -22,7 +22,17 @@ from rope_adapter.scoring.shared_prefix import prepare
 from rope_adapter.scoring.tasks import PerplexityTask, Task, apply_chat_template
 from rope_adapter.scoring.variants import quiet_peft
 
-from .data import CONFIRM, HOLDOUT, SEARCH, LengthSplit, length_samples, length_splits, perplexity_text_path
+from .data import (
+    CONFIRM,
+    CONFIRM_PART_RECORDS,
+    HOLDOUT,
+    SEARCH,
+    LengthSplit,
+    length_samples,
+    length_splits,
+    part_samples,
+    perplexity_text_path,
+)
 from .objective import (
     Evaluator,
     FactorConstraints,
@@ -101,6 +111,7 @@ class Worker:
     stage_ends: list[int] = field(default_factory=list)  # records scored after each stage
     sample_records: list[int] = field(default_factory=list)  # record index (0..) of each search sample
     confirm: Any | None = None  # TokenizedTask of the confirmation records (main worker, confirm_top > 0)
+    confirm_parts: list[Any] = field(default_factory=list)  # the same samples in parts (data.part_samples), in order
 
     @property
     def num_layers(self) -> int:
@@ -170,9 +181,10 @@ def make_worker(
     holdout = None
     if with_holdout and settings.holdout_records:
         holdout = tokenised(length_samples(splits, HOLDOUT), cut=False)
-    confirm = None
+    confirm, confirm_parts = None, []
     if with_holdout and settings.confirm_top:
         confirm = tokenised(length_samples(splits, CONFIRM))  # scored as the search set is
+        confirm_parts = [tokenised(samples) for samples in part_samples(splits, CONFIRM, CONFIRM_PART_RECORDS)]
     ppl = None
     ppl_path = perplexity_text_path(settings)
     if ppl_path is not None:
@@ -212,6 +224,7 @@ def make_worker(
         stage_ends=ends,
         sample_records=sample_records,
         confirm=confirm,
+        confirm_parts=confirm_parts,
     )
 
 

@@ -126,3 +126,44 @@ def test_confirmation_scores_with_the_model(searched):
     assert got == pytest.approx({str(p): v for p, v in expected.items()}, abs=1e-6)  # stored to 6 decimals
     stored = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url()).user_attrs
     assert f"confirmation:3:{top['searched'][0]['number']}" in stored
+
+
+def test_a_confirmation_stopped_inside_a_candidate_resumes_at_its_next_part(searched, monkeypatch):
+    """Candidates are scored a part (here one record) at a time and each part is kept: a Ctrl-C in the middle of
+    the second candidate loses only the part it was in, and the scores come out as one whole pass gives them."""
+    from rope_adapter.search import worker as worker_mod
+    from rope_adapter.search.kept_scores import PARTS_SUFFIX
+
+    settings, first = searched
+    monkeypatch.setattr(worker_mod, "CONFIRM_PART_RECORDS", 1)
+    confirmed = settings.updated(confirm_top=2, confirm_records=5)
+    worker = study_mod.make_worker(confirmed, 0)
+    assert len(worker.confirm_parts) == 5
+    joined = [s for part in worker.confirm_parts for s in part.samples]
+    assert [(s.record_id, s.position) for s in joined] == [(s.record_id, s.position) for s in worker.confirm.samples]
+    real, calls, stop = worker.evaluator.score, [], [8]
+
+    def stopping(factors, task, **kw):
+        calls.append(task)
+        if len(calls) in stop:  # the third part of the second candidate, once
+            stop.clear()
+            raise KeyboardInterrupt
+        return real(factors, task, **kw)
+
+    monkeypatch.setattr(worker.evaluator, "score", stopping)
+    study = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url())
+    with pytest.raises(KeyboardInterrupt):
+        run_confirmation(study, study.get_trials(), worker, (first.chosen_trial, None))
+    top = candidates(
+        [trial_record(t) for t in study.get_trials()], settings.objective_spec(), settings.objective.select, 2
+    )
+    second = top["searched"][1]["number"]
+    kept = study.user_attrs[f"confirmation:5:{second}{PARTS_SUFFIX}"]
+    assert kept["parts"] == 5 and len(kept["done"]) == 2
+    calls.clear()
+    confirmation = run_confirmation(study, study.get_trials(), worker, (first.chosen_trial, None))
+    assert len(calls) == 3 + 5 * (len(confirmation["candidates"]) - 2)  # the second's last 3 parts, then the rest
+    assert [c["scored_this_run"] for c in confirmation["candidates"][:2]] == [False, True]
+    for c in confirmation["candidates"]:
+        expected = real(c["factors"], worker.confirm).by_position
+        assert c["by_position"] == pytest.approx({str(p): v for p, v in expected.items()}, abs=1e-6)
