@@ -6,14 +6,11 @@ fingerprint), not by their local path, so that machines with other paths to the 
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-from pathlib import Path
 from typing import Any, TypedDict
 
-from rope_adapter.embedded.registry import find_embedded
 from rope_adapter.files import dumps_json
+from rope_adapter.identity import FileIdentity, FolderIdentity, file_identity, model_identity
 from rope_adapter.json_types import JsonObject
 
 from .racing import stage_ends
@@ -21,24 +18,6 @@ from .samplers import LEGACY_SAMPLER
 from .settings import SearchSettings
 
 FINGERPRINT_VERSION = 2
-
-WEIGHT_SAMPLES = 64
-"""Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
-
-
-class FileIdentity(TypedDict):
-    """A file as a fingerprint names it."""
-
-    name: str  # the file's name, its folder left out
-    sha256: str
-
-
-class FolderIdentity(TypedDict):
-    """A local model folder as a fingerprint names it (see :func:`model_identity`)."""
-
-    folder: str  # the folder's name
-    config: str | None  # sha256 of its config.json
-    weights: str | None  # weights_fingerprint
 
 
 class PerplexityGuard(TypedDict):
@@ -99,51 +78,6 @@ class StudyFingerprint(TypedDict):
     perplexity: PerplexityGuard | None
     race: RaceFingerprint
     sampler: str
-
-
-def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
-    """A file as its name and sha256 (its folder left out)."""
-    p = Path(path)
-    digest = hashlib.sha256()
-    with open(p, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return {"name": p.name, "sha256": digest.hexdigest()}
-
-
-def model_identity(name: str) -> FolderIdentity | str:
-    """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
-    machines with other paths to the same model can share a study), anything else by its name."""
-    path = Path(name).expanduser()
-    embedded = find_embedded(name)
-    if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
-        return embedded.name
-    if path.is_dir():
-        config = path / "config.json"
-        return {
-            "folder": path.name,
-            "config": file_identity(config)["sha256"] if config.is_file() else None,
-            "weights": weights_fingerprint(path),
-        }
-    return name
-
-
-def weights_fingerprint(folder: Path) -> str | None:
-    """A cheap fingerprint of a model folder's weights: sha256 over each ``*.safetensors`` / ``*.bin`` file's name,
-    size, header and :data:`WEIGHT_SAMPLES` evenly spaced 64 KiB chunks (other weights of the same architecture
-    differ there; reading a few MB instead of gigabytes). None when the folder has no weights file."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        size = file.stat().st_size
-        digest.update(f"{file.name}:{size}".encode())
-        with open(file, "rb") as handle:
-            for i in range(WEIGHT_SAMPLES + 1):
-                handle.seek(min(size, (size * i) // (WEIGHT_SAMPLES + 1)))
-                digest.update(handle.read(1 << 16))
-    return digest.hexdigest()
 
 
 def study_fingerprint(settings: SearchSettings, dtype: str) -> StudyFingerprint:
