@@ -24,10 +24,7 @@ the samples, and a difference whose interval includes 0 is reported as "within n
 
 from __future__ import annotations
 
-import math
 import os
-import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +35,6 @@ import torch
 
 from rope_adapter.json_types import JsonObject, JsonValue
 from rope_adapter.records import check_record, read_json
-from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.intervals import DifferenceEntry, Interval, paired_t_interval
 from rope_adapter.scoring.loading import DTYPES as DTYPES  # re-exported: eval and analyze reach them as evaluation.NAME
 from rope_adapter.scoring.loading import EvalError
@@ -49,7 +45,7 @@ from rope_adapter.scoring.loading import resolve_device as resolve_device
 from rope_adapter.scoring.loading import resolve_dtype as resolve_dtype
 from rope_adapter.scoring.metrics import METRICS as METRICS  # re-exported: the CLI reads evaluation.METRICS
 from rope_adapter.scoring.results_table import ResultsTable
-from rope_adapter.scoring.shared_prefix import TokenizedTask, prepare, token_logprobs
+from rope_adapter.scoring.shared_prefix import TokenizedTask, prepare
 from rope_adapter.scoring.tasks import (
     Sample,
     Task,
@@ -62,6 +58,7 @@ from rope_adapter.scoring.tasks import (
 )
 from rope_adapter.scoring.variants import AdapterPlan, Variant, build_variant, describe_variant
 
+from .checkpoint import Checkpoint
 from .report import positions_markdown
 from .results import (
     RESULTS_FILES,
@@ -77,6 +74,7 @@ from .results import (
     evaluated_variant,
 )
 from .results_record import position_table
+from .variant_scores import plan_parts, score_variant
 
 # ---------------------------------------------------------------------------------------------------- samples
 
@@ -236,13 +234,6 @@ class PositionResults(SweepResults[SampleRow, PositionSettings]):
 # ---------------------------------------------------------------------------------------------------- running
 
 
-def _finite(value: float) -> float:
-    if not math.isfinite(value):
-        warnings.warn(f"a non-finite score ({value}) was replaced by -1e9 for the tables", stacklevel=3)
-        return -1e9
-    return float(value)
-
-
 def check_reference(variants: Sequence[Variant], reference: str | None) -> str:
     """The reference variant's name (default: the first variant); an :class:`EvalError` for no variants or a
     reference that is not one of them."""
@@ -312,6 +303,7 @@ def evaluate_positions(
     log: Callable[[str], None] | None = None,
     settings: Mapping[str, JsonValue] | None = None,
     prepared: TokenizedTask | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> PositionResults:
     """Score every variant on the same samples; see the module docstring.
 
@@ -334,6 +326,8 @@ def evaluate_positions(
         settings: extra entries for results.json's "settings" (model name, command, seed...).
         prepared: ``scoring.prepare(samples, ...)`` done already (e.g. to check prompt lengths first); it must
             hold ``samples`` prepared with the same ``chat_template``.
+        checkpoint: keeps each variant's finished parts of records and gives them back to a resumed run
+            (:mod:`.checkpoint`); the parts are scored the same way without one.
     """
     metrics = list(metrics)
     bad = [m for m in metrics if m not in METRICS]
@@ -353,32 +347,26 @@ def evaluate_positions(
         prepared = prepare_samples(samples, tokenizer, task, chat_template=chat_template, system_prompt=system_prompt)
     elif len(prepared) != len(samples):
         raise EvalError(f"prepared holds {len(prepared)} samples, not the {len(samples)} given")
+    plan = plan_parts(
+        prepared,
+        samples,
+        lambda part: prepare_samples(part, tokenizer, task, chat_template=chat_template, system_prompt=system_prompt),
+        task,
+        metrics=metrics,
+        logprob_tokens=logprob_tokens,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+    )
     rows: list[SampleRow] = []
     described = []
     for variant, built in iter_variants(model, variants, plans, log):
-        start = time.perf_counter()
-        scores: dict[str, list[float]] = {}
-        predictions: list[str] | None = None
-        if "logprob" in metrics or "tf_accuracy" in metrics:
-            lp = token_logprobs(
-                built, prepared, batch_size=batch_size, max_batch_tokens=max_batch_tokens, progress=progress
-            )
-            scores["logprob"] = [_finite(v) for v in lp.mean(logprob_tokens)]
-            scores["tf_accuracy"] = [float(c) for c in lp.exact()]
-        if "accuracy" in metrics:
-            greedy = greedy_accuracy(
-                built,
-                prepared,
-                task.is_correct,
-                max_new_tokens=max_new_tokens,
-                batch_size=batch_size,
-                max_batch_tokens=max_batch_tokens,
-                progress=progress,
-            )
-            scores["accuracy"] = [float(c) for c in greedy.correct]
-            predictions = greedy.predictions
-        seconds = time.perf_counter() - start
-        described.append(evaluated_variant(variant, describe_variant(built), seconds))
+        about = describe_variant(built)
+        key = Checkpoint.variant_key(variant.name, variant.spec, about)
+        scored = score_variant(
+            built, plan, key=key, name=variant.name, checkpoint=checkpoint, progress=progress, log=log
+        )
+        described.append(evaluated_variant(variant, about, scored["seconds"]))
         for i, sample in enumerate(prepared.samples):
             row: SampleRow = {
                 "variant": variant.name,
@@ -387,9 +375,9 @@ def evaluate_positions(
                 "position": int(sample.position),
             }
             for metric in metrics:
-                row[metric] = scores[metric][i]
-            if predictions is not None:
-                row["prediction"] = predictions[i]
+                row[metric] = scored["scores"][metric][i]
+            if scored["predictions"] is not None:
+                row["prediction"] = scored["predictions"][i]
             rows.append(row)
     all_settings: PositionSettings = {
         "num_samples": len(samples),

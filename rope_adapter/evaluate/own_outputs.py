@@ -1,8 +1,8 @@
 """`eval` and `analyze` replace only their own outputs in ``--out`` (README, Errors: no command overwrites a file
 it did not write unless told to).
 
-A folder holds a command's outputs when its record says so: ``results.json`` of a sweep (its ``kind``) for
-``eval``, ``analysis.md`` (its heading) or a JSON part stamped ``written_by`` for ``analyze``. A folder that holds
+A folder holds a command's outputs when its record says so: ``results.json`` of a sweep (its ``kind``) or the
+progress file of an interrupted run (stamped ``written_by``) for ``eval``, ``analysis.md`` (its heading) or a JSON part stamped ``written_by`` for ``analyze``. A folder that holds
 any file the command would write, without such a record, is refused before any work, naming the files.
 """
 
@@ -15,7 +15,9 @@ from typing import Any
 from rope_adapter.records import read_json
 from rope_adapter.scoring.loading import EvalError
 
-EVAL_OUTPUTS = ("results.json", "results.md", "results_table.json", "positions.png", "lengths.png")
+from .checkpoint import PROGRESS_NAME, PROGRESS_STAMP
+
+EVAL_OUTPUTS = ("results.json", "results.md", "results_table.json", "positions.png", "lengths.png", PROGRESS_NAME)
 SWEEP_KINDS = ("positions", "lengths")
 ANALYZE_OUTPUTS = (
     "analysis.md",
@@ -39,8 +41,11 @@ def _json(path: Path) -> Any:
 
 
 def eval_wrote(out: Path) -> bool:
-    data = _json(out / "results.json")
-    return isinstance(data, dict) and data.get("kind") in SWEEP_KINDS and isinstance(data.get("variants"), list)
+    if (out / "results.json").exists() or (out / "results.json").is_symlink():  # it decides when present
+        data = _json(out / "results.json")
+        return isinstance(data, dict) and data.get("kind") in SWEEP_KINDS and isinstance(data.get("variants"), list)
+    progress = _json(out / PROGRESS_NAME)
+    return isinstance(progress, dict) and progress.get("written_by") == PROGRESS_STAMP
 
 
 def analyze_wrote(out: Path) -> bool:

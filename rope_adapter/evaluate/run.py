@@ -22,6 +22,7 @@ from rope_adapter import InvalidFactorsError, validate_factors
 from rope_adapter.composed import SettingsError, compose, count, field_of, fill_defaults, part, setting
 from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.files import dumps_json
+from rope_adapter.identity import model_identity
 from rope_adapter.scoring.loading import EvalError, load_model_config, resolve_device
 from rope_adapter.scoring.metrics import METRICS
 from rope_adapter.scoring.settings_parts import DEFAULT_MODEL, TASK_GROUP, ModelSettings, TaskSettings
@@ -30,6 +31,7 @@ from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
 from . import evaluation as ev
+from .checkpoint import Checkpoint, record_parts, samples_digest
 from .extrapolation import default_extrapolation_variants, evaluate_lengths, length_windows, parse_lengths
 from .own_outputs import ANALYZE_OUTPUTS, EVAL_OUTPUTS, analyze_wrote, check_own_outputs, eval_wrote
 from .results import ResultsFile, RunSettings, SweepResults
@@ -376,6 +378,19 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
             f"{positions} = {len(samples)} samples; {len(variants)} variant(s); chat template {'on' if chat else 'off'}"
         )
 
+    checkpoint = None
+    if not s.perplexity:  # finished parts of records are kept in --out: the same command resumes after them
+        identity = {
+            "settings": {k: v for k, v in recorded.items() if k != "command"},
+            "model": model_identity(str(path)),
+            "samples": samples_digest(prepared),
+            "scores": [s.score_names, s.logprob_tokens, s.max_new_tokens, s.system_prompt, chat],
+            "batching": [model.batch_size, model.max_batch_tokens],
+        }
+        checkpoint = Checkpoint(s.out, identity, len(record_parts(prepared, model.batch_size)))
+        if checkpoint.stale:
+            log(f"note: {checkpoint.path} is another run's progress (other settings or data): starting afresh")
+
     # 4. the model
     log(f"loading {model.name} ({dtype}, {device})")
     weights = load_weights(model, path, device)
@@ -400,10 +415,13 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
             system_prompt=s.system_prompt,
             max_batch_tokens=model.max_batch_tokens or 4096,
             prepared=prepared,
+            checkpoint=checkpoint,
             **common,
         )
     try:
         paths = results.write(s.out, plot=s.plot)
     except OSError as exc:
         raise EvalError(f"the run finished but writing its results to {s.out} failed: {exc}") from None
+    if checkpoint is not None:
+        checkpoint.remove()
     return EvalResult(results, paths)

@@ -1,0 +1,135 @@
+"""An interrupted `eval` resumes where it stopped: each variant is scored a part of the records at a time, every
+finished part is kept in --out/eval_progress.json, and the same command reads them back. Splitting changes no score,
+a stop at any part gives the results of a run that never stopped, and a progress file of another run, or one the
+user put there, is never taken for this run's. Tiny random Llama, generated records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rope_adapter.cli import main
+from rope_adapter.evaluate import EvalSettings, run_eval, variant_scores
+from rope_adapter.evaluate import checkpoint as checkpoint_mod
+from rope_adapter.evaluate.checkpoint import PROGRESS_NAME
+
+VARIANTS = "base,uniform:1.5"
+SCORE_PART = variant_scores.score_part
+RECORDS = 5  # batch size 2, parts of 2 records: 3 parts per variant
+
+
+@pytest.fixture
+def small_parts(monkeypatch):
+    monkeypatch.setattr(checkpoint_mod, "PART_RECORDS", 2)
+
+
+def _settings(model_dir, out, **over):
+    common = dict(
+        model=str(model_dir), num_pairs=4, num_positions=2, num_samples=RECORDS, device="cpu", progress=False,
+        plot=False, batch_size=2, scores="accuracy,tf_accuracy,logprob", seed=3,
+    )  # fmt: skip
+    return EvalSettings.flat(variants=VARIANTS, out=out, **{**common, **over})
+
+
+def _table(path):
+    return json.loads((path / "results_table.json").read_text())
+
+
+class Stop(Exception):
+    pass
+
+
+def _stop_at(monkeypatch, at: int | None, calls: list):
+    real = SCORE_PART
+
+    def part(model, task, plan, progress):
+        calls.append(len(task))
+        if len(calls) - 1 == at:
+            raise Stop
+        return real(model, task, plan, progress)
+
+    monkeypatch.setattr(variant_scores, "score_part", part)
+
+
+@pytest.fixture(scope="module")
+def whole(model_dir, tmp_path_factory):
+    """The results of one pass over every record (one part larger than the run)."""
+    out = tmp_path_factory.mktemp("whole")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint_mod, "PART_RECORDS", 1000)
+        run_eval(_settings(model_dir, out), log=lambda s: None)
+    return _table(out)
+
+
+def test_parts_change_no_score(model_dir, tmp_path, small_parts, whole, monkeypatch):
+    calls: list = []
+    _stop_at(monkeypatch, None, calls)
+    run_eval(_settings(model_dir, tmp_path), log=lambda s: None)
+    assert len(calls) == 6  # 3 parts x 2 variants
+    assert _table(tmp_path) == whole  # every score, prediction and sample row, bit for bit
+    assert not (tmp_path / PROGRESS_NAME).exists()  # removed once results.json is written
+
+
+@pytest.mark.parametrize("stop", range(6))
+def test_a_stop_at_any_part_resumes_there_with_the_same_results(
+    model_dir, tmp_path, small_parts, whole, monkeypatch, stop
+):
+    calls: list = []
+    _stop_at(monkeypatch, stop, calls)
+    with pytest.raises(Stop):
+        run_eval(_settings(model_dir, tmp_path), log=lambda s: None)
+    assert not (tmp_path / "results.json").exists()
+    kept = json.loads((tmp_path / PROGRESS_NAME).read_text()) if stop else None
+    if stop:
+        assert kept["written_by"] == "rope-adapter eval" and kept["parts"] == 3
+        assert sum(len(v) for v in kept["variants"].values()) == stop
+    calls.clear()
+    _stop_at(monkeypatch, None, calls)
+    lines: list[str] = []
+    run_eval(_settings(model_dir, tmp_path), log=lines.append)
+    assert len(calls) == 6 - stop  # only the parts not kept
+    assert _table(tmp_path) == whole
+    assert (f"parts kept in {PROGRESS_NAME}" in "\n".join(lines)) == (stop > 0)
+    assert not (tmp_path / PROGRESS_NAME).exists()
+
+
+def test_progress_of_another_run_is_not_used(model_dir, tmp_path, small_parts, monkeypatch):
+    calls: list = []
+    _stop_at(monkeypatch, 4, calls)
+    with pytest.raises(Stop):
+        run_eval(_settings(model_dir, tmp_path, seed=4), log=lambda s: None)  # other records
+    calls.clear()
+    _stop_at(monkeypatch, None, calls)
+    lines: list[str] = []
+    run_eval(_settings(model_dir, tmp_path), log=lines.append)
+    assert len(calls) == 6 and "another run's progress" in "\n".join(lines)
+    fresh = tmp_path / "fresh"
+    run_eval(_settings(model_dir, fresh), log=lambda s: None)
+    assert _table(tmp_path) == _table(fresh)
+
+
+def test_the_cli_resumes_and_a_user_file_of_that_name_is_refused(model_dir, tmp_path, small_parts, monkeypatch, capsys):
+    args = ["eval", "--model", str(model_dir), "--num-pairs", "4", "--num-positions", "2", "--num-samples", "5"]
+    args += ["--variants", VARIANTS, "--no-plot", "--no-progress", "--device", "cpu", "--batch-size", "2"]
+    calls: list = []
+    _stop_at(monkeypatch, 2, calls)
+    with pytest.raises(Stop):
+        main([*args, "--out", str(tmp_path / "run")])
+    assert (tmp_path / "run" / PROGRESS_NAME).exists()
+    _stop_at(monkeypatch, None, calls := [])
+    assert main([*args, "--out", str(tmp_path / "run")]) == 0
+    assert len(calls) == 4
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / PROGRESS_NAME).write_text('{"notes": "my own file"}\n')
+    capsys.readouterr()
+    assert main([*args, "--out", str(mine)]) == 2
+    assert "did not write" in capsys.readouterr().err
+    assert (mine / PROGRESS_NAME).read_text() == '{"notes": "my own file"}\n'
+    stamped = tmp_path / "stamped"  # eval's progress beside a results.json eval did not write: refused too
+    stamped.mkdir()
+    (stamped / PROGRESS_NAME).write_text(json.dumps({"written_by": "rope-adapter eval"}))
+    (stamped / "results.json").write_text('{"mine": true}\n')
+    assert main([*args, "--out", str(stamped)]) == 2
+    assert (stamped / "results.json").read_text() == '{"mine": true}\n'
