@@ -10,7 +10,7 @@ confirmation score) is reported. The held-out records are not touched here: they
 
 Confirmation scores are stored in the study (a study user attribute per trial and confirmation size, so it works
 with any Optuna RDB storage): a resumed or re-run search reads them back and scores only new candidates. A
-candidate is scored a few records at a time (:data:`~search.data.CONFIRM_PART_RECORDS`), each part kept as it
+candidate is scored a few records at a time (:data:`~search.data.PART_RECORDS`), each part kept as it
 finishes, so a search stopped inside a candidate resumes at its first part not kept.
 """
 

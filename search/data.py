@@ -134,9 +134,9 @@ def length_samples(splits: list[LengthSplit], part: int, first: int = 0, last: i
     return samples
 
 
-CONFIRM_PART_RECORDS = 4
-"""Confirmation records scored (and kept in the study) together: a stopped confirmation resumes at the first part
-not kept, so it loses at most this many records of one length."""
+PART_RECORDS = 4
+"""Confirmation and held-out records scored (and kept in the study) together: a stopped confirmation or held-out step
+resumes at the first part not kept, so it loses at most this many records of one length."""
 
 
 def part_samples(splits: list[LengthSplit], part: int, size: int) -> list[list[Any]]:

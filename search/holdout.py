@@ -51,6 +51,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
         configs["best_uniform"] = [float(best_uniform_factor)] * layers
     configs["found"] = list(chosen["factors"])
     task = worker.holdout
+    parts = worker.holdout_parts or [task]  # the same samples a few records at a time, each part kept as it finishes
     positions = task.positions
     ids = [s.record_id for s in task.samples]
     records = len(set(ids))
@@ -72,7 +73,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
                     holdout_key(records, name, "score"),
                     factors,
                     task,
-                    partial(worker.evaluator.score, factors, task, keep_logprobs=True),
+                    [(part, partial(worker.evaluator.score, factors, part, keep_logprobs=True)) for part in parts],
                 ),
                 None,
             )
@@ -116,7 +117,10 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
                     holdout_key(records, name, "accuracy"),
                     factors,
                     task,
-                    partial(worker.evaluator.accuracy, factors, task, worker.task.is_correct),
+                    [
+                        (part, partial(worker.evaluator.accuracy, factors, part, worker.task.is_correct))
+                        for part in parts
+                    ],
                 )
                 done[key] = (scored, greedy)
             acc = done[key][1]

@@ -3,7 +3,8 @@ study's outputs (``--trials 0``) does not score the held-out records again.
 
 Each configuration's scores (base, best uniform, found; the teacher-forced pass and, with ``holdout_accuracy``,
 greedy decoding) are one study user attribute, :func:`holdout_key`, written as soon as they are computed
-(:mod:`search.kept_scores`). They are read back only for the same factors and the same number of samples; the
+(:mod:`search.kept_scores`); they are computed a few records at a time (:data:`~search.data.PART_RECORDS`), each
+part kept as it finishes, so a run stopped inside a configuration resumes at its first part not kept. They are read back only for the same factors and the same number of samples; the
 records themselves are fixed by the study's fingerprint (model, dtype, task, seed, split). Values are kept as JSON
 numbers, which round-trip float64 exactly.
 """
@@ -11,15 +12,17 @@ numbers, which round-trip float64 exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypedDict, cast
+from typing import TypedDict, TypeVar, cast
 
 import numpy as np
 
 from rope_adapter.scoring.logprobs import TokenLogprobs, position_means
 from rope_adapter.scoring.shared_prefix import TokenizedTask
 
-from .kept_scores import AttributeStore, kept_or_computed
+from .kept_scores import AttributeStore, kept_or_computed_in_parts
 from .objective import Scored
+
+T = TypeVar("T")
 
 HOLDOUT_ATTR = "holdout_scores"
 """Prefix of the study user attributes that keep held-out scores."""
@@ -104,21 +107,63 @@ def from_stored(saved: StoredScored, task: TokenizedTask) -> Scored:
     )
 
 
+def _joined(values: Sequence[list[T]] | Sequence[None]) -> list[T] | None:
+    return None if values[0] is None else [x for v in values for x in (v or [])]
+
+
+def join_stored(parts: Sequence[StoredScored], tasks: Sequence[TokenizedTask]) -> StoredScored:
+    """The parts' scores as one :class:`StoredScored` of their samples one after the other (``tasks``: each part's
+    samples); answer-form rows are renumbered as :func:`~rope_adapter.scoring.shared_prefix.prepare` numbers them
+    for the joined samples (every sample's main row first, then the alternatives in sample order)."""
+    first = parts[0]
+    logprobs: StoredLogprobs | None = None
+    if first["logprobs"] is not None:
+        stored = [cast(StoredLogprobs, p["logprobs"]) for p in parts]
+        rows: list[int] | None = None
+        if any(lp["rows"] is not None for lp in stored):
+            total = sum(len(t) for t in tasks)
+            rows, samples_before, alts_before = [], 0, 0
+            for lp, task in zip(stored, tasks, strict=True):
+                n = len(task)
+                for r in lp["rows"] if lp["rows"] is not None else range(n):
+                    rows.append(samples_before + r if r < n else total + alts_before + r - n)
+                samples_before, alts_before = samples_before + n, alts_before + len(task.full_ids) - n
+        logprobs = {
+            "values": [v for lp in stored for v in lp["values"]],
+            "greedy": _joined([lp["greedy"] for lp in stored]),
+            "margins": _joined([lp["margins"] for lp in stored]),
+            "rows": rows,
+        }
+    return {
+        "factors": first["factors"],
+        "samples": sum(p["samples"] for p in parts),
+        "per_sample": [x for p in parts for x in p["per_sample"]],
+        "seconds": float(sum(p["seconds"] for p in parts)),
+        "logprobs": logprobs,
+        "predictions": _joined([p["predictions"] for p in parts]),
+        "exact": _joined([p["exact"] for p in parts]),
+        "logprob": _joined([p["logprob"] for p in parts]),
+    }
+
+
 def stored_or_scored(
     store: AttributeStore | None,
     key: str,
     factors: Sequence[float],
     task: TokenizedTask,
-    compute: Callable[[], Scored],
+    parts: Sequence[tuple[TokenizedTask, Callable[[], Scored]]],
 ) -> Scored:
-    """The scores kept under ``key`` for these factors and this many samples, else ``compute()``, kept at once."""
-    scored, _ = kept_or_computed(
+    """The scores kept under ``key`` for these factors and this many samples, else computed part by part (each
+    ``(part's samples, compute)``; their samples one after the other are ``task``'s), each part kept at once."""
+    tasks = [t for t, _ in parts]
+    stored, _ = kept_or_computed_in_parts(
         store,
         key,
         factors,
-        compute,
-        dump=lambda value: dict(to_stored(value, factors)),
-        load=lambda saved: from_stored(cast(StoredScored, saved), task),
+        [lambda compute=compute: to_stored(compute(), factors) for _, compute in parts],
+        combine=lambda values: join_stored(values, tasks),
+        dump=lambda value: dict(value),
+        load=lambda saved: cast(StoredScored, saved),
         usable=lambda saved: saved.get("samples") == len(task),
     )
-    return scored
+    return from_stored(stored, task)

@@ -24,8 +24,8 @@ from rope_adapter.scoring.variants import quiet_peft
 
 from .data import (
     CONFIRM,
-    CONFIRM_PART_RECORDS,
     HOLDOUT,
+    PART_RECORDS,
     SEARCH,
     LengthSplit,
     length_samples,
@@ -112,6 +112,7 @@ class Worker:
     sample_records: list[int] = field(default_factory=list)  # record index (0..) of each search sample
     confirm: Any | None = None  # TokenizedTask of the confirmation records (main worker, confirm_top > 0)
     confirm_parts: list[Any] = field(default_factory=list)  # the same samples in parts (data.part_samples), in order
+    holdout_parts: list[Any] = field(default_factory=list)  # the held-out samples in parts, in order
 
     @property
     def num_layers(self) -> int:
@@ -178,13 +179,14 @@ def make_worker(
     stages = [tokenised(samples) for samples in stage_samples]
     order = {r: i for i, r in enumerate(dict.fromkeys(s.record_id for s in search.samples))}
     sample_records = [order[s.record_id] for s in search.samples]
-    holdout = None
+    holdout, holdout_parts = None, []
     if with_holdout and settings.holdout_records:
         holdout = tokenised(length_samples(splits, HOLDOUT), cut=False)
+        holdout_parts = [tokenised(samples, cut=False) for samples in part_samples(splits, HOLDOUT, PART_RECORDS)]
     confirm, confirm_parts = None, []
     if with_holdout and settings.confirm_top:
         confirm = tokenised(length_samples(splits, CONFIRM))  # scored as the search set is
-        confirm_parts = [tokenised(samples) for samples in part_samples(splits, CONFIRM, CONFIRM_PART_RECORDS)]
+        confirm_parts = [tokenised(samples) for samples in part_samples(splits, CONFIRM, PART_RECORDS)]
     ppl = None
     ppl_path = perplexity_text_path(settings)
     if ppl_path is not None:
@@ -225,6 +227,7 @@ def make_worker(
         sample_records=sample_records,
         confirm=confirm,
         confirm_parts=confirm_parts,
+        holdout_parts=holdout_parts,
     )
 
 

@@ -135,7 +135,7 @@ def test_a_confirmation_stopped_inside_a_candidate_resumes_at_its_next_part(sear
     from rope_adapter.search.kept_scores import PARTS_SUFFIX
 
     settings, first = searched
-    monkeypatch.setattr(worker_mod, "CONFIRM_PART_RECORDS", 1)
+    monkeypatch.setattr(worker_mod, "PART_RECORDS", 1)
     confirmed = settings.updated(confirm_top=2, confirm_records=5)
     worker = study_mod.make_worker(confirmed, 0)
     assert len(worker.confirm_parts) == 5

@@ -18,18 +18,22 @@ from rope_adapter.search.worker import make_worker
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Count the held-out step's scorings (teacher-forced and greedy), optionally failing at scoring ``fail_at``."""
+    """Count the held-out step's scorings of parts (teacher-forced and greedy), optionally failing at scoring
+    ``fail_at``."""
     calls = {"computed": 0, "fail_at": None}
     original = holdout_mod.stored_or_scored
 
-    def counting(store, key, factors, task, compute):
-        def counted_compute():
-            calls["computed"] += 1
-            if calls["computed"] == calls["fail_at"]:
-                raise KeyboardInterrupt
-            return compute()
+    def counting(store, key, factors, task, parts):
+        def counted(compute):
+            def counted_compute():
+                calls["computed"] += 1
+                if calls["computed"] == calls["fail_at"]:
+                    raise KeyboardInterrupt
+                return compute()
 
-        return original(store, key, factors, task, counted_compute)
+            return counted_compute
+
+        return original(store, key, factors, task, [(part, counted(compute)) for part, compute in parts])
 
     monkeypatch.setattr(holdout_mod, "stored_or_scored", counting)
     return calls
@@ -96,9 +100,70 @@ def test_other_factors_or_samples_are_scored_afresh(tmp_path, tiny_llama_dir):
     def fail():
         raise AssertionError("scored again")
 
-    assert hs.stored_or_scored(Store(), "k", [1.1] * worker.num_layers, task, fail).seconds == scored.seconds
+    assert hs.stored_or_scored(Store(), "k", [1.1] * worker.num_layers, task, [(task, fail)]).seconds == scored.seconds
     computed = []
     for factors, samples in (([1.2] * worker.num_layers, len(task)), ([1.1] * worker.num_layers, len(task) + 1)):
         Store.user_attrs = {"k": {**kept, "samples": samples}}
-        hs.stored_or_scored(Store(), "k", factors, task, lambda: computed.append(1) or scored)
+        hs.stored_or_scored(Store(), "k", factors, task, [(task, lambda: computed.append(1) or scored)])
     assert computed == [1, 1]
+
+
+def test_a_configuration_stopped_inside_resumes_at_its_part_and_parts_join_to_the_whole(
+    tmp_path, tiny_llama_dir, counted, monkeypatch
+):
+    """Held-out records scored one at a time (each part kept): a Ctrl-C inside the second configuration loses only
+    its part, and the joined parts give every number one pass over all records gives."""
+    from rope_adapter.search import worker as worker_mod
+
+    common = dict(trials=6, holdout_records=3, holdout_accuracy=True, batch_size=1)  # a part = a batch: same passes
+    settings = small(tmp_path / "whole", tiny_llama_dir, **common)
+    whole = run_search(settings).report
+    monkeypatch.setattr(worker_mod, "PART_RECORDS", 1)
+    parted = small(tmp_path / "parts", tiny_llama_dir, **common)
+    counted.update(computed=0, fail_at=8)  # base: 3 + 3 greedy parts; best uniform: part 2 of its teacher-forced pass
+    with pytest.raises(KeyboardInterrupt):
+        run_search(parted)
+    kept = _stored(parted)
+    progress = kept[hs.holdout_key(3, "best_uniform", "score") + ":parts"]
+    assert progress["parts"] == 3 and len(progress["done"]) == 1
+    counted.update(computed=0, fail_at=None)
+    report = run_search(parted).report
+    configs = len({tuple(c["factors"]) for c in report["holdout"]["configs"].values()})
+    assert counted["computed"] == 2 * 3 * (configs - 1) - 1  # the base read back, the kept part too
+    timeless = [_holdout(r) for r in (report, whole)]
+    for h in timeless:
+        for config in h["configs"].values():
+            config.pop("seconds")
+    assert timeless[0] == timeless[1]
+
+
+def test_joined_parts_renumber_answer_form_rows_as_one_pass_does(tmp_path, tiny_llama_dir):
+    """Samples with alternative answer forms: every row joined from parts points at the row one pass numbers."""
+    from rope_adapter.scoring.shared_prefix import prepare
+    from rope_adapter.scoring.tasks import Sample
+
+    worker = make_worker(small(tmp_path / "s", tiny_llama_dir, trials=1), 0, with_holdout=False)
+    samples = [
+        Sample(
+            prefix=f"record {r}, a long shared context. ",
+            query=f"key {p}:",
+            answers=["a"],
+            position=p,
+            record_id=str(r),
+            target=" a",
+            alt_targets=(' "a', " b") if (r + p) % 2 else (),
+        )
+        for r in range(3)
+        for p in range(2)
+    ]
+    one = prepare(samples, worker.tokenizer)
+    pieces = [prepare(samples[i : i + 2], worker.tokenizer) for i in range(0, 6, 2)]
+    factors = [1.0] * worker.num_layers
+    score = worker.evaluator.score
+    joined = hs.join_stored([hs.to_stored(score(factors, p, keep_logprobs=True), factors) for p in pieces], pieces)
+    direct = hs.to_stored(score(factors, one, keep_logprobs=True), factors)
+    assert joined["logprobs"]["rows"] == direct["logprobs"]["rows"]
+    assert [one.full_ids[r] for r in joined["logprobs"]["rows"]] == [
+        one.full_ids[r] for r in direct["logprobs"]["rows"]
+    ]
+    assert joined["per_sample"] == pytest.approx(direct["per_sample"], abs=1e-5)
