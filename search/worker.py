@@ -209,6 +209,7 @@ def make_worker(
         space.bezier(), num_layers, space.parsed_layer_bounds(), space.max_step, tuple(space.constraints)
     )
     base_nll = evaluator.nll(np.ones(num_layers)) if ppl is not None else None
+    parts = {"confirm_parts": confirm_parts, "holdout_parts": holdout_parts}  # scored and kept a part at a time
     return Worker(
         settings,
         index,
@@ -226,8 +227,7 @@ def make_worker(
         stage_ends=ends,
         sample_records=sample_records,
         confirm=confirm,
-        confirm_parts=confirm_parts,
-        holdout_parts=holdout_parts,
+        **parts,
     )
 
 
