@@ -47,6 +47,7 @@ NOT_INPUTS = {  # "module.Class" -> why its numbers are not a user's input
     "rope_adapter.evaluate.extrapolation.LengthResults": "a result of an evaluation",
     "rope_adapter.evaluate.results.SweepResults": "what the position and length sweeps share (results)",
     "rope_adapter.evaluate.sensitivity.Sensitivity": "a result of the analysis",
+    "rope_adapter.evaluate.variant_scores.ScoringPlan": "made by plan_parts inside an evaluation from checked settings",
     "rope_adapter.files.Staged": "a temporary file of rope_adapter.files (its mode comes from the kernel)",
     "rope_adapter.scoring.intervals.Interval": "a computed confidence interval",
     "rope_adapter.scoring.intervals.Difference": "a computed paired difference",
