@@ -16,12 +16,14 @@ finishes, so a search stopped inside a candidate resumes at its first part not k
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from rope_adapter.scoring.logprobs import position_means
 
@@ -110,7 +112,16 @@ def run_confirmation(
     records = [trial_record(t) for t in sorted(trials, key=lambda t: t.number)]
     confirmed: list[ConfirmedCandidate] = []
     chosen: dict[str, int | None] = {}
-    for group, pool in candidates(records, spec, settings.objective.select, settings.confirm_top).items():
+    pools = candidates(records, spec, settings.objective.select, settings.confirm_top)
+    pieces = 1 if score is not None else len(worker.confirm_parts or [task])
+    bar = tqdm(
+        total=sum(len(pool) for pool in pools.values()) * pieces,
+        desc="confirmation records",
+        unit="part",
+        disable=not settings.progress,
+        file=sys.stderr,
+    )
+    for group, pool in pools.items():
         best: tuple[tuple[float, ...], int] | None = None
         for record in pool:
             sample_scores, fresh = kept_or_computed_in_parts(
@@ -122,6 +133,7 @@ def run_confirmation(
                 dump=lambda value: {"sample_scores": [round(float(x), 6) for x in value]},
                 load=lambda saved: np.asarray(cast(ConfirmationScores, saved)["sample_scores"], dtype=np.float64),
                 usable=lambda saved: len(cast(ConfirmationScores, saved)["sample_scores"]) == len(task),
+                on_part=lambda fresh: bar.update(1),
             )
             by_position = position_means(positions, np.asarray(sample_scores, dtype=np.float64))
             summary = spec.summary(by_position)
@@ -143,6 +155,7 @@ def run_confirmation(
             if best is None or rank > best[0]:  # ties keep the search-set order
                 best = (rank, record["number"])
         chosen[group] = None if best is None else best[1]
+    bar.close()
     found, uniform = search_choice
     return {
         "top": settings.confirm_top,

@@ -7,12 +7,14 @@ Statistics are paired (every configuration is scored on the same samples), see :
 from __future__ import annotations
 
 import math
+import sys
 import time
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -52,6 +54,15 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
     configs["found"] = list(chosen["factors"])
     task = worker.holdout
     parts = worker.holdout_parts or [task]  # the same samples a few records at a time, each part kept as it finishes
+    greedy_too = settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation
+    distinct = {tuple(round(float(f), 9) for f in factors) for factors in configs.values()}
+    bar = tqdm(
+        total=len(distinct) * len(parts) * (2 if greedy_too else 1),
+        desc="held-out records",
+        unit="part",
+        disable=not settings.progress,
+        file=sys.stderr,
+    )
     positions = task.positions
     ids = [s.record_id for s in task.samples]
     records = len(set(ids))
@@ -74,6 +85,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
                     factors,
                     task,
                     [(part, partial(worker.evaluator.score, factors, part, keep_logprobs=True)) for part in parts],
+                    on_part=lambda fresh: bar.update(1),
                 ),
                 None,
             )
@@ -110,7 +122,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
                         str(k): {str(p): m for p, m in v.items()} for k, v in selection.position_means.items()
                     },
                 }
-        if settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation:
+        if greedy_too:
             if done[key][1] is None:
                 greedy = stored_or_scored(
                     store,
@@ -121,6 +133,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
                         (part, partial(worker.evaluator.accuracy, factors, part, worker.task.is_correct))
                         for part in parts
                     ],
+                    on_part=lambda fresh: bar.update(1),
                 )
                 done[key] = (scored, greedy)
             acc = done[key][1]
@@ -129,6 +142,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
         if worker.base_nll is not None:
             entry["perplexity"] = math.exp(worker.evaluator.nll(factors))
         configs_out[name] = entry
+    bar.close()
 
     def paired(a: str, b: str, mask: np.ndarray, measures: dict[str, dict[str, np.ndarray]]) -> HoldoutDifferences:
         """``a - b`` on the samples in ``mask``: the score, and each measure both configurations have."""

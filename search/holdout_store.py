@@ -152,9 +152,11 @@ def stored_or_scored(
     factors: Sequence[float],
     task: TokenizedTask,
     parts: Sequence[tuple[TokenizedTask, Callable[[], Scored]]],
+    on_part: Callable[[bool], None] | None = None,
 ) -> Scored:
     """The scores kept under ``key`` for these factors and this many samples, else computed part by part (each
-    ``(part's samples, compute)``; their samples one after the other are ``task``'s), each part kept at once."""
+    ``(part's samples, compute)``; their samples one after the other are ``task``'s), each part kept at once;
+    ``on_part`` as :func:`~search.kept_scores.kept_or_computed_in_parts`."""
     tasks = [t for t, _ in parts]
     stored, _ = kept_or_computed_in_parts(
         store,
@@ -165,5 +167,6 @@ def stored_or_scored(
         dump=lambda value: dict(value),
         load=lambda saved: cast(StoredScored, saved),
         usable=lambda saved: saved.get("samples") == len(task),
+        on_part=on_part,
     )
     return from_stored(stored, task)

@@ -62,16 +62,21 @@ def kept_or_computed_in_parts(
     dump: Callable[[T], dict[str, object]],
     load: Callable[[dict[str, object]], T],
     usable: Callable[[dict[str, object]], bool] = lambda saved: True,
+    on_part: Callable[[bool], None] | None = None,
 ) -> tuple[T, bool]:
     """:func:`kept_or_computed` for a value computed in ``parts`` (``combine`` joins their values in order), each
     part kept as soon as it is computed: a run stopped part-way resumes at the first part not kept. Parts are reused
     only for equal factors and the same number of parts; ``dump`` and ``load`` serve a part and the whole alike.
-    ``fresh`` is True when any part was computed by this call."""
+    ``fresh`` is True when any part was computed by this call. ``on_part(fresh)`` is called once per part, kept or
+    computed (e.g. to advance a progress bar)."""
     if not parts:
         raise ValueError(f"{key}: no parts to compute")
     wanted = [float(f) for f in factors]
     saved = None if store is None else store.user_attrs.get(key)
+    tick = on_part or (lambda fresh: None)
     if isinstance(saved, dict) and saved.get("factors") == wanted and usable(saved):
+        for _ in parts:
+            tick(False)
         return load(saved), False
     progress_key = key + PARTS_SUFFIX
     kept = None if store is None else store.user_attrs.get(progress_key)
@@ -80,11 +85,14 @@ def kept_or_computed_in_parts(
         done = [d for d in kept.get("done") or [] if isinstance(d, dict)][: len(parts)]
     values = [load(d) for d in done]
     reused = len(values)
+    for _ in values:
+        tick(False)
     for part in parts[len(values) :]:
         values.append(part())
         done.append(dump(values[-1]))
         if store is not None and len(values) < len(parts):
             store.set_user_attr(progress_key, KeptParts(factors=wanted, parts=len(parts), done=done))
+        tick(True)
     value = combine(values)
     if store is not None:
         store.set_user_attr(key, {**dump(value), "factors": wanted})

@@ -23,7 +23,7 @@ def counted(monkeypatch):
     calls = {"computed": 0, "fail_at": None}
     original = holdout_mod.stored_or_scored
 
-    def counting(store, key, factors, task, parts):
+    def counting(store, key, factors, task, parts, **kw):
         def counted(compute):
             def counted_compute():
                 calls["computed"] += 1
@@ -33,7 +33,7 @@ def counted(monkeypatch):
 
             return counted_compute
 
-        return original(store, key, factors, task, [(part, counted(compute)) for part, compute in parts])
+        return original(store, key, factors, task, [(part, counted(compute)) for part, compute in parts], **kw)
 
     monkeypatch.setattr(holdout_mod, "stored_or_scored", counting)
     return calls

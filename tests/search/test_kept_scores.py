@@ -98,3 +98,29 @@ def test_one_part_writes_only_the_whole_and_no_store_always_computes():
     assert _run(None, _parts(VALUES, calls)) == (WHOLE, True) and calls == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="no parts"):
         _run(store, [])
+
+
+def test_on_part_is_told_of_every_part_kept_or_computed():
+    store, calls, ticks = DictStore(), [], []
+
+    def run(parts):
+        return kept_or_computed_in_parts(
+            store,
+            "k",
+            [1.0],
+            parts,
+            combine=lambda vs: [x for v in vs for x in v],
+            dump=lambda v: {"sample_scores": list(v)},
+            load=lambda saved: list(saved["sample_scores"]),
+            on_part=ticks.append,
+        )
+
+    with pytest.raises(Stop):
+        run(_parts(VALUES, calls, 2))
+    assert ticks == [True, True]
+    ticks.clear()
+    run(_parts(VALUES, calls))
+    assert ticks == [False, False, True, True]  # two kept, two computed: a bar over parts reaches its total
+    ticks.clear()
+    run(_parts(VALUES, calls))
+    assert ticks == [False] * 4
