@@ -65,9 +65,12 @@ def plan_parts(
     if len(indices) == 1:
         parts = [prepared]
     else:
-        parts = [
-            replace(tokenize([samples[i] for i in where]), max_new_tokens=prepared.max_new_tokens) for where in indices
-        ]
+        with warnings.catch_warnings():  # what tokenising warns of, preparing the whole set has said once
+            warnings.simplefilter("ignore")
+            parts = [
+                replace(tokenize([samples[i] for i in where]), max_new_tokens=prepared.max_new_tokens)
+                for where in indices
+            ]
     return ScoringPlan(
         task, tuple(metrics), logprob_tokens, max_new_tokens, batch_size, max_batch_tokens, indices, parts, len(samples)
     )
