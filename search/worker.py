@@ -5,7 +5,8 @@ the evaluator that swaps factors in place.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,23 +171,30 @@ def make_worker(
         made = prepare(samples, tokenizer, chat_template=chat, generation_slack=task.generation_slack)
         return truncate_targets(made, settings.objective.k) if cut and settings.objective.score == "logprob" else made
 
+    def pieces(whole: Any, parts: list[list[Any]], cut: bool = True) -> list[Any]:
+        """``whole``'s samples in parts, each generating up to ``whole``'s answer length; tokenising a part does
+        not repeat the warnings tokenising ``whole`` gave."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [replace(tokenised(samples, cut), max_new_tokens=whole.max_new_tokens) for samples in parts]
+
     ends = stage_ends(settings.search_records, settings.study.race)
     stage_samples = [
         length_samples(splits, SEARCH, first, last) for first, last in zip([0, *ends[:-1]], ends, strict=True)
     ]
     # the whole search set is the stages one after the other (racing concatenates their scores in this order)
     search = tokenised([sample for stage in stage_samples for sample in stage])
-    stages = [tokenised(samples) for samples in stage_samples]
+    stages = pieces(search, stage_samples)
     order = {r: i for i, r in enumerate(dict.fromkeys(s.record_id for s in search.samples))}
     sample_records = [order[s.record_id] for s in search.samples]
     holdout, holdout_parts = None, []
     if with_holdout and settings.holdout_records:
         holdout = tokenised(length_samples(splits, HOLDOUT), cut=False)
-        holdout_parts = [tokenised(samples, cut=False) for samples in part_samples(splits, HOLDOUT, PART_RECORDS)]
+        holdout_parts = pieces(holdout, part_samples(splits, HOLDOUT, PART_RECORDS), cut=False)
     confirm, confirm_parts = None, []
     if with_holdout and settings.confirm_top:
         confirm = tokenised(length_samples(splits, CONFIRM))  # scored as the search set is
-        confirm_parts = [tokenised(samples) for samples in part_samples(splits, CONFIRM, PART_RECORDS)]
+        confirm_parts = pieces(confirm, part_samples(splits, CONFIRM, PART_RECORDS))
     ppl = None
     ppl_path = perplexity_text_path(settings)
     if ppl_path is not None:
