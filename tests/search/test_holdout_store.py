@@ -167,3 +167,27 @@ def test_joined_parts_renumber_answer_form_rows_as_one_pass_does(tmp_path, tiny_
         one.full_ids[r] for r in direct["logprobs"]["rows"]
     ]
     assert joined["per_sample"] == pytest.approx(direct["per_sample"], abs=1e-5)
+
+
+def test_every_part_generates_up_to_its_whole_set_s_answer_length(tmp_path, tiny_llama_dir, monkeypatch):
+    """Answers of several lengths (values "v3-1" and "v12-1"): a part alone would stop generating earlier than one
+    pass over the whole set; every part of the held-out, confirmation and racing sets uses the whole's length."""
+    from testkit.litm_files import write_kv_file
+
+    from rope_adapter.scoring.shared_prefix import prepare
+    from rope_adapter.search import worker as worker_mod
+
+    monkeypatch.setattr(worker_mod, "PART_RECORDS", 1)
+    data = write_kv_file(tmp_path / "kv.jsonl", num_records=24, num_pairs=3)
+    settings = small(tmp_path / "s", tiny_llama_dir, data=str(data), search_records=12, holdout_records=6, race=[0.5])
+    worker = make_worker(settings, 0)
+    sets = [(worker.holdout, worker.holdout_parts), (worker.confirm, worker.confirm_parts)]
+    sets.append((worker.search, worker.stages))
+    shorter = 0
+    for whole, parts in sets:
+        assert len(parts) > 1
+        for part in parts:
+            assert part.max_new_tokens == whole.max_new_tokens
+            alone = prepare(part.samples, worker.tokenizer, generation_slack=worker.task.generation_slack)
+            shorter += alone.max_new_tokens < whole.max_new_tokens
+    assert shorter  # without the whole's length some part would generate fewer tokens
