@@ -133,3 +133,18 @@ def test_the_cli_resumes_and_a_user_file_of_that_name_is_refused(model_dir, tmp_
     (stamped / "results.json").write_text('{"mine": true}\n')
     assert main([*args, "--out", str(stamped)]) == 2
     assert (stamped / "results.json").read_text() == '{"mine": true}\n'
+
+
+def test_parts_generate_up_to_the_whole_run_s_answer_length(model_dir, tmp_path, monkeypatch):
+    """Answers of several lengths (a file's values "v3-1" and "v12-1"): greedy answers from parts of one record are
+    the answers of one pass, which generates up to the longest answer of the whole run."""
+    from testkit.litm_files import write_kv_file
+
+    data = write_kv_file(tmp_path / "kv.jsonl", num_records=16, num_pairs=3)
+    over = dict(data=str(data), num_samples=12, scores="accuracy", batch_size=1)
+    monkeypatch.setattr(checkpoint_mod, "PART_RECORDS", 1000)
+    run_eval(_settings(model_dir, tmp_path / "whole", **over), log=lambda s: None)
+    monkeypatch.setattr(checkpoint_mod, "PART_RECORDS", 1)
+    run_eval(_settings(model_dir, tmp_path / "parts", **over), log=lambda s: None)
+    samples = [json.loads((tmp_path / d / "results.json").read_text())["samples"] for d in ("parts", "whole")]
+    assert samples[0] == samples[1] and all("prediction" in row for row in samples[0])
