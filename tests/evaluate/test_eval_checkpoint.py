@@ -8,11 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from testkit.records import key_problems
 
 from rope_adapter.cli import main
 from rope_adapter.evaluate import EvalSettings, run_eval, variant_scores
 from rope_adapter.evaluate import checkpoint as checkpoint_mod
-from rope_adapter.evaluate.checkpoint import PROGRESS_NAME
+from rope_adapter.evaluate.checkpoint import PROGRESS_NAME, ProgressFile
+from rope_adapter.records import check_record
 
 VARIANTS = "base,uniform:1.5"
 SCORE_PART = variant_scores.score_part
@@ -83,6 +85,8 @@ def test_a_stop_at_any_part_resumes_there_with_the_same_results(
     kept = json.loads((tmp_path / PROGRESS_NAME).read_text()) if stop else None
     if stop:
         assert kept["written_by"] == "rope-adapter eval" and kept["parts"] == 3
+        check_record(kept, ProgressFile, PROGRESS_NAME)  # the file is what its typed record says
+        assert key_problems(kept, ProgressFile) == []
         assert sum(len(v) for v in kept["variants"].values()) == stop
     calls.clear()
     _stop_at(monkeypatch, None, calls)
