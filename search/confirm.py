@@ -102,10 +102,11 @@ def run_confirmation(
     start = time.time()
     spec = settings.objective_spec()
 
+    pieces = None if score is not None else (worker.confirm_parts or [task])  # None: the stand-in, one part
+
     def parts(factors: Sequence[float]) -> list[Callable[[], np.ndarray]]:
-        if score is not None:
+        if pieces is None:
             return [partial(score, factors)]
-        pieces = worker.confirm_parts or [task]
         return [partial(lambda part: worker.evaluator.score(factors, part).per_sample, part) for part in pieces]
 
     positions = task.positions
@@ -113,9 +114,8 @@ def run_confirmation(
     confirmed: list[ConfirmedCandidate] = []
     chosen: dict[str, int | None] = {}
     pools = candidates(records, spec, settings.objective.select, settings.confirm_top)
-    pieces = 1 if score is not None else len(worker.confirm_parts or [task])
     bar = tqdm(
-        total=sum(len(pool) for pool in pools.values()) * pieces,
+        total=sum(len(pool) for pool in pools.values()) * (1 if pieces is None else len(pieces)),
         desc="confirmation records",
         unit="part",
         disable=not settings.progress,

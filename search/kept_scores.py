@@ -72,14 +72,15 @@ def kept_or_computed_in_parts(
     if not parts:
         raise ValueError(f"{key}: no parts to compute")
     wanted = [float(f) for f in factors]
-    saved = None if store is None else store.user_attrs.get(key)
+    attrs = {} if store is None else store.user_attrs  # one read of the storage
+    saved = attrs.get(key)
     tick = on_part or (lambda fresh: None)
     if isinstance(saved, dict) and saved.get("factors") == wanted and usable(saved):
         for _ in parts:
             tick(False)
         return load(saved), False
     progress_key = key + PARTS_SUFFIX
-    kept = None if store is None else store.user_attrs.get(progress_key)
+    kept = attrs.get(progress_key)
     done: list[dict[str, object]] = []
     if isinstance(kept, dict) and kept.get("factors") == wanted and kept.get("parts") == len(parts):
         done = [d for d in kept.get("done") or [] if isinstance(d, dict)][: len(parts)]

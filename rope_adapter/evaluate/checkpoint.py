@@ -13,7 +13,6 @@ else the run starts afresh; it is removed once ``results.json`` is written.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -131,19 +130,3 @@ def kept_parts_line(checkpoint: Checkpoint, key: str, name: str) -> str | None:
     if not done:
         return None
     return f"    {name}: {done} of {checkpoint.parts} parts kept in {checkpoint.path.name}, resuming after them"
-
-
-def join_parts(
-    parts: Sequence[PartScores], indices: Sequence[Sequence[int]], metrics: Sequence[str], n: int
-) -> PartScores:
-    """The parts' scores put back in sample order (``indices``: each part's sample indices)."""
-    scores: dict[str, list[float]] = {m: [0.0] * n for m in metrics}
-    predictions: list[str] | None = [""] * n if parts and parts[0]["predictions"] is not None else None
-    for part, where in zip(parts, indices, strict=True):
-        for metric in metrics:
-            for i, value in zip(where, part["scores"][metric], strict=True):
-                scores[metric][i] = value
-        if predictions is not None:
-            for i, text in zip(where, part["predictions"] or [], strict=True):
-                predictions[i] = text
-    return {"scores": scores, "predictions": predictions, "seconds": float(sum(p["seconds"] for p in parts))}

@@ -21,7 +21,7 @@ from rope_adapter.scoring.generation import greedy_accuracy
 from rope_adapter.scoring.shared_prefix import TokenizedTask, token_logprobs
 from rope_adapter.scoring.tasks import Sample, Task
 
-from .checkpoint import Checkpoint, PartScores, join_parts, kept_parts_line, record_parts
+from .checkpoint import Checkpoint, PartScores, kept_parts_line, record_parts
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,22 @@ def plan_parts(
     return ScoringPlan(
         task, tuple(metrics), logprob_tokens, max_new_tokens, batch_size, max_batch_tokens, indices, parts, len(samples)
     )
+
+
+def join_parts(
+    parts: Sequence[PartScores], indices: Sequence[Sequence[int]], metrics: Sequence[str], n: int
+) -> PartScores:
+    """The parts' scores put back in sample order (``indices``: each part's sample indices)."""
+    scores: dict[str, list[float]] = {m: [0.0] * n for m in metrics}
+    predictions: list[str] | None = [""] * n if parts and parts[0]["predictions"] is not None else None
+    for part, where in zip(parts, indices, strict=True):
+        for metric in metrics:
+            for i, value in zip(where, part["scores"][metric], strict=True):
+                scores[metric][i] = value
+        if predictions is not None:
+            for i, text in zip(where, part["predictions"] or [], strict=True):
+                predictions[i] = text
+    return {"scores": scores, "predictions": predictions, "seconds": float(sum(p["seconds"] for p in parts))}
 
 
 def score_part(model: torch.nn.Module, part: TokenizedTask, plan: ScoringPlan, progress: bool) -> PartScores:
