@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from rope_adapter.standalone import CodegenError, LrsNames, lrs_classes, lrs_names, register_lrs_model_type
 
-from .bake import COPIED_FILE_PATTERNS, ExportResult, check_adapter_fits, check_output_folder, export_model
+from .bake import ExportResult, export_model
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, linear_rope_parameters, plan_export
 from .reading import SIDECAR_NAME, read_exported_factors
+from .sources import COPIED_FILE_PATTERNS, check_adapter_fits, check_output_folder
 from .staging import ExportError, ExportVerificationError
 from .verify import probe_input_ids, verify_export
 

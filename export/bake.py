@@ -5,7 +5,7 @@ files, chat template, generation config and licence files copied unchanged, a ``
 factors, and ``lrs_export.json`` (what was exported from what, and how it was checked). See ``plan.py`` for when
 the factors become transformers' own RoPE settings and when a new model_type with generated code.
 
-Every input is checked before any weight is loaded or written; the folder is built under a temporary name next
+Every input is checked before any weight is loaded or written (:mod:`.sources`); the folder is built under a temporary name next
 to ``out``, reloaded in a fresh Python process and compared with the adapter's logits, and only then renamed.
 """
 
@@ -16,21 +16,16 @@ import fnmatch
 import logging
 import os
 import shutil
-import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
 import torch
-from huggingface_hub import snapshot_download
-from peft import PeftModel, get_peft_model
-from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
+from peft import PeftModel
+from transformers import PreTrainedConfig, PreTrainedModel
 
 import rope_adapter
-from rope_adapter import LrsConfig, files, find_rope_site, get_factors, load_lrs_config
-from rope_adapter.api import check_adapter_folder
-from rope_adapter.embedded.loading import resolve_model_path
+from rope_adapter import files, find_rope_site, get_factors
 from rope_adapter.json_types import JsonObject
 from rope_adapter.records import read_json
 from rope_adapter.rope_settings import RopeSettings
@@ -41,12 +36,19 @@ from rope_adapter.standalone import (
     wrap_rope_parameters,
 )
 from rope_adapter.standalone.codegen import write_code
-from rope_adapter.writable import blank_path_reason, unwritable_reason
+from rope_adapter.writable import blank_path_reason
 
 from .plan import CUSTOM_CODE, NATIVE, ExportPlan, plan_export
 from .reading import SIDECAR_NAME
 from .serving import note_vllm_length
 from .sidecar import ExportSidecar
+from .sources import (
+    COPIED_FILE_PATTERNS,
+    ExportSource,
+    source_from_model,
+    source_from_path,
+    source_from_peft_model,
+)
 from .staging import (
     ExportError,
     check_export_options,
@@ -57,26 +59,8 @@ from .staging import (
     sigterm_as_interrupt,
 )
 from .verify import verify_export
-from .weights import check_weight_files
 
 logger = logging.getLogger(__name__)
-
-
-COPIED_FILE_PATTERNS = (
-    "tokenizer*",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab*",
-    "merges.txt",
-    "*.tiktoken",
-    "*.model",
-    "chat_template*",
-    "generation_config.json",
-    "LICENSE*",
-    "NOTICE*",
-    "USE_POLICY*",
-)
-"""Files of the base model folder copied unchanged into the export (tokenizer, chat template, licence)."""
 
 
 @dataclass
@@ -92,196 +76,10 @@ class ExportResult:
     max_abs_diff: float | None = None  # fresh-process logits vs adapter logits; None when not verified
 
 
-@dataclass
-class _Source:
-    peft_model: PeftModel
-    adapter_name: str
-    config: LrsConfig
-    base_name: str | None  # base model id or path, for the record
-    base_folder: Path | None  # local folder holding the base model's tokenizer files etc.
-    adapter_ref: str | None
-    restore: Callable[[], None] = lambda: None
-
-
-# ------------------------------------------------------------------------------------------------ checks
-
-
-def _local_dir(ref: str | os.PathLike | None) -> Path | None:
-    if ref is None:
-        return None
-    path = Path(ref).expanduser()
-    return path.resolve() if path.is_dir() else None
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
-def check_output_folder(out: Path, overwrite: bool, *, base: Path | None = None, adapter: Path | None = None) -> None:
-    """Refuse an ``out`` that is non-empty (unless ``overwrite``), a file, or tangled with the inputs."""
-    out = out.resolve()
-    if (why := unwritable_reason(out, "--out")) is not None:
-        raise ExportError(why)
-    if base is not None and _inside(out, base):
-        raise ExportError(f"--out {out} is inside the base model folder {base}: write the export somewhere else")
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out} is a file: give a folder")
-    if out.is_dir() and any(out.iterdir()):
-        if not overwrite:
-            raise ExportError(f"--out {out} exists and is not empty: choose a new folder or pass --overwrite")
-        for name, folder in (("base model", base), ("adapter", adapter)):
-            if folder is not None and _inside(folder, out):
-                raise ExportError(f"--overwrite would delete {out}, which holds the {name} {folder}")
-
-
-def check_adapter_fits(config: LrsConfig, base_config: PreTrainedConfig) -> None:
-    """Check an adapter config against a base model config without loading weights.
-
-    Builds the model skeleton on the meta device and binds the adapter to it, so the checks are exactly those of
-    ``PeftModel.from_pretrained`` (layer count, head size, rotary size, RoPE settings). Raises
-    ``AdapterMismatchError`` or ``UnsupportedModelError``.
-    """
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(base_config)
-    get_peft_model(skeleton, copy.deepcopy(config))
-
-
-def _load_base_config(ref: str) -> PreTrainedConfig:
-    try:
-        return AutoConfig.from_pretrained(ref)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"cannot read the base model config of {ref}: {first}") from exc
-
-
-# ----------------------------------------------------------------------------------------------- sources
-
-
-def _from_path(model: str | os.PathLike, adapter: str | os.PathLike, out: Path, overwrite: bool, dtype: Any) -> _Source:
-    base_ref = resolve_model_path(model)
-    base_folder = _local_dir(base_ref)
-    check_output_folder(out, overwrite, base=base_folder, adapter=_local_dir(adapter))
-    config = _checked_adapter(adapter)
-    base_config = _load_base_config(base_ref)
-    _check_builtin(base_config)
-    check_adapter_fits(config, base_config)
-    if base_folder is not None:
-        check_weight_files(base_folder)
-    logger.info("loading %s", base_ref)
-    try:
-        base = AutoModelForCausalLM.from_pretrained(base_ref, dtype="auto" if dtype is None else dtype)
-    except (OSError, ValueError, RuntimeError) as exc:  # the loaders' own errors: one line, naming the model
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"cannot load the base model {os.fspath(model)!r}: {first}") from None
-    base.eval()
-    with warnings.catch_warnings():
-        # the adapter was checked against this base above; PEFT's note that the base's path differs from the
-        # adapter's `base_model_name_or_path` (a Hub id vs a local copy of it) only confuses
-        warnings.filterwarnings("ignore", message=".*base_model_name_or_path.*", category=UserWarning)
-        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        peft_model = PeftModel.from_pretrained(base, os.fspath(adapter))
-    return _Source(
-        peft_model=peft_model,
-        adapter_name="default",
-        config=peft_model.peft_config["default"],
-        base_name=os.fspath(model),
-        base_folder=base_folder or _hub_files(base_ref),
-        adapter_ref=os.fspath(adapter),
-    )
-
-
-def _from_model(model: PreTrainedModel, adapter: str | os.PathLike, out: Path, overwrite: bool) -> _Source:
-    base_ref = getattr(model.config, "_name_or_path", None) or None
-    base_folder = _local_dir(base_ref)
-    check_output_folder(out, overwrite, base=base_folder, adapter=_local_dir(adapter))
-    config = _checked_adapter(adapter)
-    _check_builtin(model.config)
-    check_adapter_fits(config, model.config)
-    trainable = {name: p.requires_grad for name, p in model.named_parameters()}
-    peft_model = PeftModel.from_pretrained(model, os.fspath(adapter))
-
-    def restore() -> None:  # give the caller back the model as it was
-        peft_model.unload()
-        for name, p in model.named_parameters():
-            p.requires_grad_(trainable.get(name, p.requires_grad))
-
-    return _Source(
-        peft_model=peft_model,
-        adapter_name="default",
-        config=peft_model.peft_config["default"],
-        base_name=base_ref,
-        base_folder=base_folder or _hub_files(base_ref),
-        adapter_ref=os.fspath(adapter),
-        restore=restore,
-    )
-
-
-def _from_peft_model(model: PeftModel, adapter_name: str | None, out: Path, overwrite: bool) -> _Source:
-    name = adapter_name or model.active_adapter
-    config = model.peft_config.get(name)
-    if not isinstance(config, LrsConfig):
-        raise ExportError(
-            f"adapter {name!r} of this PeftModel is {type(config).__name__ if config else 'missing'}, not an LRS "
-            f"adapter; adapters: {sorted(model.peft_config)}"
-        )
-    base = model.get_base_model()
-    base_ref = getattr(base.config, "_name_or_path", None) or config.base_model_name_or_path
-    base_folder = _local_dir(base_ref)
-    check_output_folder(out, overwrite, base=base_folder)
-    _check_builtin(base.config)
-    previous = model.active_adapter
-    if name != previous:
-        model.set_adapter(name)
-
-    def restore() -> None:
-        if name != previous:
-            model.set_adapter(previous)
-
-    return _Source(
-        peft_model=model,
-        adapter_name=name,
-        config=config,
-        base_name=base_ref,
-        base_folder=base_folder or _hub_files(base_ref),
-        adapter_ref=None,
-        restore=restore,
-    )
-
-
-def _checked_adapter(adapter: str | os.PathLike) -> LrsConfig:
-    """The adapter's config; a local folder is checked whole (safetensors too) before any weight is loaded."""
-    folder = _local_dir(adapter)
-    return check_adapter_folder(folder) if folder is not None else load_lrs_config(adapter)
-
-
-def _check_builtin(config: PreTrainedConfig) -> None:
-    if config.model_type.endswith("_lrs"):
-        raise ExportError(
-            f"the base model is already an exported LRS model (model_type {config.model_type!r}): export from "
-            f"its base model instead"
-        )
-    if getattr(config, "auto_map", None) or not type(config).__module__.startswith("transformers."):
-        raise ExportError(
-            f"the base model ({type(config).__name__}, model_type {config.model_type!r}) uses custom code; "
-            f"only transformers' built-in models can be exported"
-        )
-
-
-def _hub_files(ref: str | None) -> Path | None:
-    """The base model's small files (tokenizer, templates, licence) from the Hub cache, when ``ref`` is a repo id."""
-    if not ref or Path(ref).expanduser().exists():
-        return None
-    try:
-        return Path(snapshot_download(ref, allow_patterns=list(COPIED_FILE_PATTERNS)))
-    except Exception as exc:
-        logger.warning("cannot fetch the tokenizer files of %s (%s): the export will lack them", ref, exc)
-        return None
-
-
 # ---------------------------------------------------------------------------------------------- writing
 
 
-def _factors(source: _Source) -> list[float]:
+def _factors(source: ExportSource) -> list[float]:
     """The active factors: the adapter config's numbers when they are what the float32 tensor holds."""
     tensor = torch.tensor(get_factors(source.peft_model, source.adapter_name), dtype=torch.float32)
     configured = source.config.factors
@@ -314,7 +112,7 @@ def _base_state_dict(base: PreTrainedModel, rotary_name: str) -> dict[str, torch
 
 
 def _write_config(
-    folder: Path, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float], source: _Source
+    folder: Path, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float], source: ExportSource
 ) -> str:
     path = folder / "config.json"
     config = read_json(path, JsonObject)
@@ -357,7 +155,9 @@ class _SaveOptions(TypedDict, total=False):  # what the export passes to the bas
     save_original_format: bool
 
 
-def _sidecar(source: _Source, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float]) -> ExportSidecar:
+def _sidecar(
+    source: ExportSource, plan: ExportPlan, rope_parameters: RopeSettings, factors: list[float]
+) -> ExportSidecar:
     config = source.config
     return {
         "format": plan.format,
@@ -419,13 +219,13 @@ def export_model(
     atol, max_shard_size, probe_length = check_export_options(atol, max_shard_size, probe_length)
     out = Path(out).expanduser().absolute()
     if isinstance(model_or_path, PeftModel):
-        source = _from_peft_model(model_or_path, None if adapter is None else str(adapter), out, overwrite)
+        source = source_from_peft_model(model_or_path, None if adapter is None else str(adapter), out, overwrite)
     elif adapter is None:
         raise ExportError("give the LRS adapter to export (folder or Hub repo id)")
     elif isinstance(model_or_path, PreTrainedModel):
-        source = _from_model(model_or_path, adapter, out, overwrite)
+        source = source_from_model(model_or_path, adapter, out, overwrite)
     else:
-        source = _from_path(model_or_path, adapter, out, overwrite, dtype)
+        source = source_from_path(model_or_path, adapter, out, overwrite, dtype)
     try:
         with sigterm_as_interrupt():
             return _export(source, out, overwrite, verify, tokenizer, max_shard_size, atol, probe_length)
@@ -434,7 +234,7 @@ def export_model(
 
 
 def _export(
-    source: _Source,
+    source: ExportSource,
     out: Path,
     overwrite: bool,
     verify: bool,

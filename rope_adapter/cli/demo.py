@@ -29,7 +29,7 @@ from rope_adapter.cli.search import settings_from_args
 from rope_adapter.config import load_lrs_config
 from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.embedded.registry import SMOLLM2, find_embedded
-from rope_adapter.export.bake import check_adapter_fits
+from rope_adapter.export import check_adapter_fits
 from rope_adapter.export.card import build_card
 from rope_adapter.numbers import cli_float, cli_int
 from rope_adapter.records import read_json

@@ -16,7 +16,7 @@ from peft import get_peft_model
 from rope_adapter import LrsConfig
 from rope_adapter.cli import main
 from rope_adapter.evaluate import evaluation as ev
-from rope_adapter.export import bake, staging
+from rope_adapter.export import bake, sources, staging
 
 LAYERS = 3
 
@@ -38,7 +38,7 @@ def no_model_load(monkeypatch):
         raise AssertionError("the model was loaded although the input was bad")
 
     monkeypatch.setattr(ev, "load_model", refuse)
-    monkeypatch.setattr(bake.AutoModelForCausalLM, "from_pretrained", refuse)
+    monkeypatch.setattr(sources.AutoModelForCausalLM, "from_pretrained", refuse)
 
 
 def one_line_error(capsys, rc: int, *needles: str) -> str:

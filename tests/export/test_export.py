@@ -395,7 +395,7 @@ def no_weight_loading(monkeypatch):
     def boom(*args, **kwargs):
         raise AssertionError("weights were loaded before the inputs were checked")
 
-    monkeypatch.setattr(export.bake.AutoModelForCausalLM, "from_pretrained", boom)
+    monkeypatch.setattr(export.sources.AutoModelForCausalLM, "from_pretrained", boom)
 
 
 @pytest.mark.parametrize(
