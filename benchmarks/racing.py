@@ -28,7 +28,7 @@ from result_files import RESULTS, write_summary
 from rope_adapter.scoring.logprobs import position_means
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.search import SearchSettings, run_search
-from rope_adapter.search.report import choose, trial_record
+from rope_adapter.search.selection import choose, trial_record
 from rope_adapter.search.storage_url import open_storage
 from rope_adapter.search.worker import make_worker
 

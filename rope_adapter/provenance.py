@@ -1,5 +1,5 @@
 """What ``LrsConfig.provenance`` holds when a search wrote it: one typed definition that the writer
-(``rope_adapter.search.report.provenance``) builds and every reader (the model card, ``rope-adapter info``)
+(``rope_adapter.search.adapter_provenance.provenance``) builds and every reader (the model card, ``rope-adapter info``)
 reads.
 
 Provenance is a free JSON object in ``adapter_config.json`` (a user may write their own, or none), so every key

@@ -29,8 +29,8 @@ from rope_adapter.scoring.logprobs import position_means
 
 from .kept_scores import kept_or_computed_in_parts
 from .objective import ObjectiveSpec
-from .report import select_key, trial_record
 from .report_types import Confirmation, ConfirmedCandidate, TrialRecord
+from .selection import select_key, trial_record
 
 if TYPE_CHECKING:
     from .worker import Worker

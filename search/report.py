@@ -1,8 +1,9 @@
 """The search report: every trial, the Pareto front, the baselines, the chosen trial and the held-out comparison.
 
-Pure functions over trial records (plain dicts), and :func:`write_outputs`, which writes ``search_report.json``,
-``search_report.md`` (:mod:`rope_adapter.search.report_md`) and the figures. The held-out scoring, which runs the
-model, is :func:`rope_adapter.search.holdout.add_holdout`.
+:func:`build_report` over the trial records and the choice made with them (:mod:`.selection`), and
+:func:`write_outputs`, which writes ``search_report.json``, ``search_report.md`` (:mod:`.report_md`) and the
+figures. The adapter's provenance is built from the report by :mod:`.adapter_provenance`; the held-out scoring,
+which runs the model, is :func:`rope_adapter.search.holdout.add_holdout`.
 
 Held-out statistics are paired (every configuration is scored on the same samples):
 
@@ -18,16 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rope_adapter import files
-from rope_adapter.provenance import ConfirmedScores, Provenance, ProvenanceScores, ProvenanceTask, SearchScores
 from rope_adapter.scoring.paired import differences_by_position_and_record
 
-from .lengths import by_length, is_multi, key_label
-from .objective import ObjectiveSpec
+from .adapter_provenance import task_summary
 from .outputs import REPORT_NAME, SUMMARY_NAME
 from .racing import stage_ends
 from .report_md import markdown_summary
@@ -41,172 +40,12 @@ from .report_types import (
     TrialRecord,
 )
 from .results_record import holdout_table
-from .samplers import LEGACY_SAMPLER, describe_sampler
+from .samplers import describe_sampler
+from .selection import choose, pareto_front, search_set_warning, trial_record
 from .settings import SearchSettings, settings_dict
-from .storage import BASELINE_ATTR, TRIAL_ATTR
 
 if TYPE_CHECKING:
     from .worker import Worker
-
-
-# --------------------------------------------------------------------------------------------------------------
-# trial records
-# --------------------------------------------------------------------------------------------------------------
-
-
-class ScoredRecord(TypedDict):
-    """What :func:`select_key` reads of a trial: its objective values (a :class:`TrialRecord` is one)."""
-
-    objectives: dict[str, float] | None
-
-
-class FactorBounds(TypedDict):
-    """The factor range a search ran in (what :func:`search_set_warning` suggests narrowing)."""
-
-    s_min: float
-    s_max: float
-
-
-def trial_record(trial: Any) -> TrialRecord:
-    """The record of an Optuna trial (FrozenTrial) of this search, as the report lists it."""
-    info = dict(trial.user_attrs.get(TRIAL_ATTR) or {})
-    constraints = info.get("constraints")
-    evaluated = bool(info.get("evaluated")) and trial.state.name == "COMPLETE"
-    values = None
-    if evaluated and trial.values is not None:
-        values = [float(v) for v in trial.values]
-    duration = None
-    if trial.datetime_start is not None and trial.datetime_complete is not None:
-        duration = (trial.datetime_complete - trial.datetime_start).total_seconds()
-    return {
-        "number": trial.number,
-        "state": trial.state.name,
-        "baseline": trial.user_attrs.get(BASELINE_ATTR),
-        "uniform": trial.user_attrs.get("uniform"),
-        "params": dict(trial.params),
-        "control_points": info.get("control_points"),
-        "factors": info.get("factors"),
-        "constraints": constraints,
-        "feasible": constraints is not None and all(c <= 0 for c in constraints),
-        "evaluated": evaluated,
-        "values": values,
-        "objectives": info.get("objectives"),
-        "by_position": info.get("by_position"),
-        "sample_scores": info.get("sample_scores"),
-        "perplexity": info.get("perplexity"),
-        "eval_seconds": info.get("eval_seconds"),
-        "seconds": info.get("seconds"),
-        "duration_seconds": duration,
-        "worker": info.get("worker"),
-        "duplicate_of": info.get("duplicate_of"),
-        "records_scored": info.get("records_scored"),
-        "raced_out": bool(info.get("raced_out")),
-        "race": info.get("race"),
-        "accuracy_by_position": info.get("accuracy_by_position"),
-        "logprob_by_position": info.get("logprob_by_position"),
-        "datetime_start": None if trial.datetime_start is None else trial.datetime_start.isoformat(),
-        "datetime_complete": None if trial.datetime_complete is None else trial.datetime_complete.isoformat(),
-    }
-
-
-def _usable(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Trials that can be chosen: finished, feasible and scored on every search record (not raced out)."""
-    return [
-        r for r in records if r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"] and not r.get("raced_out")
-    ]
-
-
-def select_key(record: ScoredRecord, spec: ObjectiveSpec, select: str) -> tuple[float, ...]:
-    """Sort key (larger is better) of a usable trial under a selection rule."""
-    obj = record["objectives"]
-    if spec.kind == "weighted":
-        return (obj["fitness"], obj["mean"])
-    if select == "worst":
-        return (obj["worst"], obj["mean"])
-    if select == "balanced":
-        return (obj["mean"] + obj["worst"], obj["mean"])
-    return (obj["mean"], obj["worst"])
-
-
-def pareto_front(records: Sequence[TrialRecord], spec: ObjectiveSpec) -> list[int]:
-    """Numbers of the feasible evaluated trials no other one dominates (single objective: the best ones)."""
-    usable = _usable(records)
-    if not usable:
-        return []
-    if spec.kind == "weighted":
-        best = max(r["objectives"]["fitness"] for r in usable)
-        return sorted(r["number"] for r in usable if r["objectives"]["fitness"] == best)
-    points = [(r["number"], r["objectives"]["mean"], r["objectives"]["worst"]) for r in usable]
-    front = []
-    for number, mean, worst in points:
-        dominated = any((m >= mean and w >= worst) and (m > mean or w > worst) for n, m, w in points if n != number)
-        if not dominated:
-            front.append(number)
-    return sorted(front)
-
-
-def choose(
-    records: Sequence[TrialRecord], spec: ObjectiveSpec, select: str
-) -> tuple[TrialRecord | None, TrialRecord | None, TrialRecord | None]:
-    """(found, best uniform, base) trials on the search set.
-
-    ``found`` is the best searched (non-baseline) trial on the Pareto front under ``select``; only when the study
-    holds no searched trial is it the best baseline. ``best uniform`` is the best enqueued uniform factor scored in
-    full (uniform factors race only against other baselines, so the best one is scored in full unless the unscaled
-    model beat every one of them; then it is the best of their estimates).
-    """
-    usable = _usable(records)
-    front = set(pareto_front(records, spec))
-    searched = [r for r in usable if r["baseline"] is None]
-    pool = [r for r in searched if r["number"] in front] or searched or usable
-    found = max(pool, key=lambda r: select_key(r, spec, select)) if pool else None
-    uniforms = [r for r in usable if r["baseline"] == "uniform"]
-    if not uniforms:  # every uniform factor raced out against the unscaled model: the best estimate among them
-        uniforms = [
-            r
-            for r in records
-            if r["baseline"] == "uniform" and r["state"] == "COMPLETE" and r["evaluated"] and r["feasible"]
-        ]
-    best_uniform = max(uniforms, key=lambda r: select_key(r, spec, select)) if uniforms else None
-    base = next((r for r in records if r["baseline"] == "base" and r["state"] == "COMPLETE"), None)
-    return found, best_uniform, base
-
-
-def search_set_warning(
-    found: TrialRecord | None,
-    baselines: Sequence[tuple[str, TrialRecord | None]],
-    spec: ObjectiveSpec,
-    select: str,
-    settings: FactorBounds,
-) -> str | None:
-    """A warning when the found (searched) trial does not beat a baseline on the search set itself.
-
-    The adapter is always the best *searched* curve, so that the held-out comparison tests what the search found;
-    when even the search set prefers a baseline, the budget was too small for the range, and the user must know
-    before using the adapter.
-    """
-    if found is None or found.get("baseline") or not found.get("objectives"):
-        return None
-    mine = select_key(found, spec, select)
-    beaten = [
-        (label, other)
-        for label, other in baselines
-        if other is not None and other.get("objectives") and select_key(other, spec, select) >= mine
-    ]
-    if not beaten:
-        return None
-    rule = "fitness" if spec.kind == "weighted" else {"balanced": "mean + worst"}.get(select, select)
-    shown = " and ".join(f"{label} ({select_key(other, spec, select)[0]:.3f})" for label, other in beaten)
-    return (
-        f"On the search set the found curve ({rule} {mine[0]:.3f}) does not beat {shown}: no searched curve did "
-        f"within this budget. Run more trials (the same command resumes the study) or narrow the factor range "
-        f"(now --s-min {settings['s_min']} --s-max {settings['s_max']}) before using this adapter."
-    )
-
-
-# --------------------------------------------------------------------------------------------------------------
-# paired statistics
-# --------------------------------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -371,94 +210,6 @@ def racing_summary(records: Sequence[TrialRecord], settings: SearchSettings) -> 
         "records_without_racing": full,
         "saved_fraction": (1.0 - used / full) if full else 0.0,
     }
-
-
-def task_summary(settings: SearchSettings, worker: Worker) -> ProvenanceTask:
-    """The task part of the report and the adapter's provenance."""
-    positions = sorted({int(p) for p in worker.search.positions})
-    task, objective = settings.task, settings.objective
-    multi = is_multi(task.pairs)
-    labels = {"position_labels": {str(p): key_label(p, True) for p in positions}} if multi else {}
-    return {
-        "name": task.name,
-        "data": task.data if task.data else "generated",
-        "pairs": task.record_size,
-        "positions": positions,
-        **labels,  # several lengths: how readers show the (length, position) keys
-        "search_records": settings.search_records,
-        "holdout_records": settings.holdout_records,
-        "data_seed": task.seed,
-        "score": objective.score,
-        "k": objective.k if objective.score == "logprob" else None,
-        "chat_template": task.chat_template == "on",
-        "options": task.other_options(),
-    }
-
-
-def provenance(report: SearchReport) -> Provenance:
-    """The adapter's provenance: curve, study, task and scores."""
-    settings = report["settings"]
-    chosen = report["chosen"]
-    if chosen is None:
-        raise ValueError("the report has no chosen trial: there is no curve to describe")
-    # the objective values under their names ("mean", "worst" or "fitness")
-    search = cast(SearchScores, {"by_position": chosen["by_position"] or {}, **(chosen["objectives"] or {})})
-    if chosen["warning"]:
-        search["warning"] = chosen["warning"]
-    scores: ProvenanceScores = {"objectives": report["study"]["objectives"], "search": search}
-    confirmed = _confirmed(report, chosen["number"])
-    if confirmed is not None:
-        scores["confirmation"] = confirmed
-    holdout = report.get("holdout")
-    if holdout:
-        found = holdout["configs"]["found"]
-        scores["holdout"] = {
-            "by_position": found["by_position"],
-            "mean": found["mean"],
-            "worst": found["worst"],
-            "base_mean": holdout["configs"]["base"]["mean"],
-            "best_uniform_mean": holdout["configs"].get("best_uniform", {}).get("mean"),
-            "differences": {k: {"mean": v["mean"], "worst": v["worst"]} for k, v in holdout["differences"].items()},
-            "verdict": holdout["verdict"],
-        }
-    return files.null_non_finite(
-        {  # a score that is not a finite number is null, as in search_report.json
-            "method": f"bezier-{settings.get('sampler', LEGACY_SAMPLER)}",
-            "curve": {
-                "degree": settings["degree"],
-                "x_mode": settings["x_mode"],
-                "control_points": chosen["control_points"] or [],
-                "s_min": settings["s_min"],
-                "s_max": settings["s_max"],
-            },
-            "study": {
-                "name": report["study"]["name"],
-                "storage": report["study"]["storage"],
-                "trial": chosen["number"],
-                "sampler": report["study"]["sampler"],
-                "seed": report["study"]["seed"],
-            },
-            "task": report["task"],
-            "scores": scores,
-        }
-    )
-
-
-def _confirmed(report: SearchReport, trial: int) -> ConfirmedScores | None:
-    """The chosen trial's scores on the confirmation records (per length too in a study over several lengths);
-    None when the search did not confirm, or chose a trial it did not confirm."""
-    confirmation = report.get("confirmation")
-    candidates = confirmation["candidates"] if confirmation else []
-    found = next((c for c in candidates if c["trial"] == trial), None)
-    if confirmation is None or found is None:
-        return None
-    by_position = found["by_position"]
-    scores = cast(ConfirmedScores, {"records": confirmation["records"], "samples": confirmation["samples"]})
-    scores.update(cast(ConfirmedScores, {"by_position": by_position, **found["confirmation"]}))
-    if is_multi(report["settings"]["pairs"]):
-        scores["by_length"] = by_length(by_position)
-    scores["search_found"] = confirmation["search_found"]
-    return scores
 
 
 # --------------------------------------------------------------------------------------------------------------

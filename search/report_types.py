@@ -234,7 +234,7 @@ class _TrialRecordRequired(TypedDict):
 
 
 class TrialRecord(_TrialRecordRequired, total=False):
-    """One trial of the study as the report lists it (``report.trial_record``): the trial's own record
+    """One trial of the study as the report lists it (``selection.trial_record``): the trial's own record
     (:class:`~rope_adapter.search.trial_info.TrialInfo`) flattened, with Optuna's state, values and times. The keys
     below are always written; reports written before racing and pruned repeats lack them."""
 

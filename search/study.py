@@ -40,6 +40,7 @@ import optuna
 from rope_adapter.provenance import Provenance
 
 from . import report as report_mod
+from .adapter_provenance import provenance as provenance_of
 from .confirm import run_confirmation
 from .data import length_splits, perplexity_text_path
 from .fingerprint import study_fingerprint
@@ -50,6 +51,7 @@ from .outputs import check_own_outputs, check_writable, output_errors
 from .quiet import quiet_optuna
 from .report_lengths import length_entries
 from .report_types import SearchReport
+from .selection import choose, trial_record
 from .settings import SearchError, SearchSettings, public_storage, redact_url
 from .storage import check_existing_study, create_or_load_study, resolve_sampler
 from .storage_failures import storage_errors
@@ -225,8 +227,8 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
     with quiet_optuna():
         study = optuna.load_study(study_name=settings.study.name, storage=storage)
         trials = study.get_trials(deepcopy=False)
-    spec_records = [report_mod.trial_record(t) for t in trials]
-    found, uniform, _ = report_mod.choose(spec_records, spec, settings.objective.select)
+    spec_records = [trial_record(t) for t in trials]
+    found, uniform, _ = choose(spec_records, spec, settings.objective.select)
     with storage_errors(shown_url, during_search=True):
         confirmation = run_confirmation(
             study,
@@ -252,7 +254,7 @@ def _run_search(settings: SearchSettings, *, model: Any, tokenizer: Any) -> Sear
             add_holdout(report, worker, study)
         adapter_dir = out / "adapter"
         with output_errors(out):
-            save_adapter(worker, chosen["factors"], report_mod.provenance(report), adapter_dir)
+            save_adapter(worker, chosen["factors"], provenance_of(report), adapter_dir)
     report["by_length"] = length_entries(report)
     report["study"]["worker_errors"] = failures
     report["timing"]["total_seconds"] = time.time() - started

@@ -20,7 +20,7 @@ from rope_adapter.provenance import ConfirmedScores, Provenance
 from rope_adapter.records import check_record
 from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, ResultsTable
 from rope_adapter.search import run_search
-from rope_adapter.search.report import provenance as provenance_of
+from rope_adapter.search.adapter_provenance import provenance as provenance_of
 
 LABELS = {"200000": "2:0", "200001": "2:1", "300000": "3:0", "300002": "3:2"}
 """The (length, position) keys of the study below (pairs * 100000 + position) and how every reader shows them."""

@@ -18,7 +18,7 @@ from rope_adapter.search import SearchError, run_search
 from rope_adapter.search import study as study_mod
 from rope_adapter.search.confirm import candidates, run_confirmation
 from rope_adapter.search.data import load_confirmation, load_split
-from rope_adapter.search.report import trial_record
+from rope_adapter.search.selection import trial_record
 
 
 def _ids(records) -> list[str]:

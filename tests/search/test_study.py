@@ -34,7 +34,7 @@ from rope_adapter.search.objective import (
     perplexity_constraint,
     truncate_targets,
 )
-from rope_adapter.search.report import choose, pareto_front, search_set_warning
+from rope_adapter.search.selection import choose, pareto_front, search_set_warning
 from rope_adapter.search.settings import redact_url
 
 POSTGRES_URL = os.environ.get("ROPE_ADAPTER_TEST_POSTGRES_URL")
