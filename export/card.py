@@ -9,19 +9,16 @@ card is read from the folder's files, and no local path reaches the card.
 
 from __future__ import annotations
 
-import math
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import jinja2
-from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from huggingface_hub import ModelCard, ModelCardData
 
 from rope_adapter.files import dumps_json
 from rope_adapter.provenance import Provenance
-from rope_adapter.scoring.metrics import PROPORTIONS
-from rope_adapter.scoring.numbers import fmt
-from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME, Cell, Diff, MetricTable, ResultsTable
+from rope_adapter.scoring.results_table import RESULTS_TABLE_NAME
 from rope_adapter.scoring.tasks import display_name
 
 from .card_data import (
@@ -33,6 +30,7 @@ from .card_data import (
     public_text,
     read_folder,
 )
+from .card_results import eval_results, fmt_value, readable, table_context
 
 __all__ = ["ARXIV_URL", "CardError", "FolderInfo", "build_card", "detect_kind", "read_folder", "render_card"]
 
@@ -57,196 +55,6 @@ METHODS = {
     "bezier-gp": "Bézier curve of the layer index, searched with a constrained Gaussian-process sampler (Optuna)",
     "bezier-tpe": "Bézier curve of the layer index, searched with multivariate TPE (Optuna)",
 }
-
-
-# ---------------------------------------------------------------------------------------------------- formatting
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _fmt(value: Any, digits: int = 4, sign: bool = False) -> str:
-    return fmt(_number(value), digits, sign=sign)
-
-
-def readable(value: Any) -> str:
-    """A value as people read it: numbers to 4 significant digits, lists joined, objects as ``key: value``."""
-    if value is None:
-        return "–"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, list | tuple):
-        return ", ".join(readable(v) for v in value) if value else "–"
-    if isinstance(value, dict):
-        return "; ".join(f"{str(k).replace('_', ' ')} {readable(v)}" for k, v in value.items()) if value else "–"
-    return public_text(str(value))
-
-
-# ---------------------------------------------------------------------------------------------------- results
-
-
-def _digits(metric: MetricTable) -> int:
-    return 3 if metric.name in PROPORTIONS else 4
-
-
-def _cell(cell: Cell | None, digits: int) -> str:
-    if cell is None:
-        return "–"
-    if cell.low is None or cell.high is None:
-        return _fmt(cell.mean, digits)
-    return f"{_fmt(cell.mean, digits)} [{_fmt(cell.low, digits)}, {_fmt(cell.high, digits)}]"
-
-
-def _diff(diff: Diff | None, digits: int) -> str:
-    if diff is None:
-        return "–"
-    if diff.low is None or diff.high is None:
-        return f"{_fmt(diff.diff, digits, True)} ({diff.verdict})"
-    return (
-        f"{_fmt(diff.diff, digits, True)} [{_fmt(diff.low, digits, True)}, {_fmt(diff.high, digits, True)}] "
-        f"{diff.verdict}"
-    )
-
-
-def _dataset(table: ResultsTable) -> str:
-    name = display_name(table.task)
-    pairs = table.task_options.get("pairs") or table.task_options.get("num_pairs")
-    docs = table.task_options.get("num_docs")
-    detail = f", {readable(pairs)} pairs" if pairs else (f", {docs} documents" if docs else "")
-    records = "held-out records of the search" if table.source == "search-holdout" else "records of `rope-adapter eval`"
-    return f"Lost in the Middle {name}{detail} ({records})"
-
-
-class RowContext(TypedDict):
-    """One variant's row of a results table on the card."""
-
-    label: str
-    this: bool  # the variant whose factors are this folder's
-    cells: list[str]  # per gold position
-    overall: str
-
-
-class DiffContext(TypedDict):
-    label: str  # "variant − against"
-    cells: list[str]
-    overall: str
-
-
-class MetricContext(TypedDict):
-    title: str
-    rows: list[RowContext]
-    diffs: list[DiffContext]
-    interval: str | None
-
-
-class TableContext(TypedDict):
-    """What the card's template shows of one results table."""
-
-    title: str
-    source: str  # the file the table came from
-    dataset: str
-    count: str  # "N records, M samples"
-    positions: list[str]  # as shown: the writer's labels ("50:12" for several record lengths)
-    labelled: bool  # the positions are "pairs:position" labels of a study over several record lengths
-    metrics: list[MetricContext]
-    this_label: str | None
-    what: str  # "adapter" or "model"
-    notes: list[str]
-    unmatched: bool  # no variant of the table has this folder's factors
-
-
-def _table_context(source: str, table: ResultsTable, this: str | None, kind: str) -> TableContext:
-    positions = [str(p) for p in table.positions]
-    labels = {v.name: v.label for v in table.variants}
-    metrics: list[MetricContext] = []
-    for metric in table.metrics:
-        digits = _digits(metric)
-        rows = [
-            {
-                "label": labels.get(v.name, v.name),
-                "this": v.name == this,
-                "cells": [_cell(metric.cells.get(v.name, {}).get(p), digits) for p in positions],
-                "overall": _cell(metric.overall.get(v.name), digits),
-            }
-            for v in table.variants
-            if v.name in metric.cells
-        ]
-        diffs = [
-            {
-                "label": f"{labels.get(c.variant, c.variant)} − {labels.get(c.against, c.against)}",
-                "cells": [_diff(c.by_position.get(p), digits) for p in positions],
-                "overall": _diff(c.overall, digits),
-            }
-            for c in metric.comparisons
-        ]
-        interval = {"wilson": "Wilson 95 % interval", "student-t": "Student-t 95 % interval"}.get(metric.interval or "")
-        metrics.append({"title": metric.title, "rows": rows, "diffs": diffs, "interval": interval})
-    held_out = table.source == "search-holdout"
-    count = ", ".join(
-        x
-        for x in (
-            f"{table.records} records" if table.records else "",
-            f"{table.samples} samples" if table.samples else "",
-        )
-        if x
-    )
-    return {
-        "title": "Held-out results of the search" if held_out else "Evaluation (`rope-adapter eval`)",
-        "source": source,
-        "dataset": _dataset(table),
-        "count": count,
-        "positions": [table.position_label(p) for p in positions],
-        "labelled": bool(table.position_labels),
-        "metrics": metrics,
-        "this_label": labels.get(this) if this else None,
-        "what": "adapter" if kind == "adapter" else "model",
-        "notes": [public_text(n) for n in table.notes],
-        "unmatched": this is None,
-    }
-
-
-def _eval_results(table: ResultsTable, this: str | None) -> list[EvalResult]:
-    if this is None:
-        return []
-    common = {
-        "task_type": "text-generation",
-        "dataset_type": "lost-in-the-middle",
-        "dataset_name": _dataset(table),
-        "dataset_config": table.task,
-        "dataset_split": table.split,
-    }
-    out = []
-    for metric in table.metrics:
-        overall = metric.overall.get(this)
-        if overall is not None and _number(overall.mean) is not None:
-            out.append(
-                EvalResult(
-                    metric_type=metric.name,
-                    metric_name=f"{metric.name} (all gold positions)",
-                    metric_value=overall.mean,
-                    **common,
-                )
-            )
-        for pos in table.positions:
-            cell = metric.cells.get(this, {}).get(str(pos))
-            label = table.position_label(pos)  # "50:12" (50 pairs, gold position 12) in a study of several lengths
-            if cell is not None and _number(cell.mean) is not None:
-                out.append(
-                    EvalResult(
-                        metric_type=f"{metric.name}@position_{label}",
-                        metric_name=f"{metric.name} at gold position {label}",
-                        metric_value=cell.mean,
-                        **common,
-                    )
-                )
-    return out
 
 
 # ---------------------------------------------------------------------------------------------------- provenance
@@ -374,12 +182,12 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
     location = repo_id or info.folder.resolve().name
     model_name = location.split("/")[-1]
     provenance = public_json(info.provenance) if isinstance(info.provenance, dict) else None
-    tables, eval_results = [], []
+    tables, index_entries = [], []
     for source, table in info.tables:
         found = table.variant_with_factors(info.factors)
         this = found.name if found else None
-        tables.append(_table_context(source, table, this, info.kind))
-        eval_results += _eval_results(table, this)
+        tables.append(table_context(source, table, this, info.kind))
+        index_entries += eval_results(table, this)
 
     tags = list(TAGS)
     if info.base_model_type:
@@ -393,15 +201,15 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
         pipeline_tag="text-generation",
         tags=tags,
         license=_license(info, base_id),
-        model_name=model_name if eval_results else None,
-        eval_results=eval_results or None,
+        model_name=model_name if index_entries else None,
+        eval_results=index_entries or None,
         **extra,
     )
     control_points = []
     curve = (provenance or {}).get("curve") or {}
     for point in curve.get("control_points") or []:
         if isinstance(point, list | tuple) and len(point) == 2:
-            control_points.append((_fmt(point[0]), _fmt(point[1])))
+            control_points.append((fmt_value(point[0]), fmt_value(point[1])))
     scalar = (str, int, float, bool)
     rope = info.config.get("rope_parameters")
     context = {
@@ -421,10 +229,10 @@ def render_card(info: FolderInfo, *, repo_id: str | None = None) -> ModelCard:
         "num_layers": info.num_layers,
         "head_dim": info.head_dim,
         "rotary_dim": info.rotary_dim,
-        "factor_rows": [(i, _fmt(f)) for i, f in enumerate(info.factors)],
-        "factor_min": _fmt(min(info.factors)),
-        "factor_max": _fmt(max(info.factors)),
-        "factor_mean": _fmt(sum(info.factors) / len(info.factors)),
+        "factor_rows": [(i, fmt_value(f)) for i, f in enumerate(info.factors)],
+        "factor_min": fmt_value(min(info.factors)),
+        "factor_max": fmt_value(max(info.factors)),
+        "factor_mean": fmt_value(sum(info.factors) / len(info.factors)),
         "uniform": len(set(info.factors)) == 1,
         "has_factors_png": "factors.png" in info.files,
         "has_positions_png": "positions.png" in info.files,
