@@ -19,7 +19,8 @@ from rope_adapter.numbers import as_int
 from rope_adapter.scoring.settings_parts import ModelSettings, TaskSettings
 from rope_adapter.writable import blank_path_reason
 
-from .objective import LayerBound, ObjectiveSpec
+from .constraints import LayerBound
+from .objective import ObjectiveSpec
 from .racing import stage_ends
 from .settings_parts import (
     DEFAULT_UNIFORM,

@@ -15,7 +15,8 @@ from rope_adapter.errors import LrsError
 from rope_adapter.numbers import as_int, as_real, as_reals
 
 from .bezier import X_MODES, BezierSpace
-from .objective import SCORE_KINDS, LayerBound, ObjectiveSpec, UserConstraint
+from .constraints import LayerBound, UserConstraint
+from .objective import SCORE_KINDS, ObjectiveSpec
 from .samplers import SAMPLERS
 
 DEFAULT_UNIFORM = (0.5, 0.7, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5, 2.0)

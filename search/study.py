@@ -42,11 +42,11 @@ from rope_adapter.provenance import Provenance
 from . import report as report_mod
 from .adapter_provenance import provenance as provenance_of
 from .confirm import run_confirmation
+from .constraints import FactorConstraints
 from .data import length_splits, perplexity_text_path
 from .fingerprint import study_fingerprint
 from .holdout import add_holdout
 from .interrupts import storage_safe_interrupts
-from .objective import FactorConstraints
 from .outputs import check_own_outputs, check_writable, output_errors
 from .quiet import quiet_optuna
 from .report_lengths import length_entries

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from rope_adapter.scoring.logprobs import position_means
 
-from .objective import perplexity_constraint
+from .constraints import perplexity_constraint
 from .quiet import quiet_optuna
 from .racing import estimated_by_position, paired_check, record_scores
 from .samplers import build_sampler, sampler_seed

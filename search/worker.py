@@ -23,6 +23,7 @@ from rope_adapter.scoring.shared_prefix import prepare
 from rope_adapter.scoring.tasks import PerplexityTask, Task, apply_chat_template
 from rope_adapter.scoring.variants import quiet_peft
 
+from .constraints import FactorConstraints
 from .data import (
     CONFIRM,
     HOLDOUT,
@@ -34,11 +35,7 @@ from .data import (
     part_samples,
     perplexity_text_path,
 )
-from .objective import (
-    Evaluator,
-    FactorConstraints,
-    truncate_targets,
-)
+from .objective import Evaluator, truncate_targets
 from .racing import stage_ends
 from .settings import SearchError, SearchSettings
 

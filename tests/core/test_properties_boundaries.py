@@ -132,8 +132,8 @@ def _bases(folder: Path) -> dict[str, dict[str, Any]]:
         "rope_adapter.scoring.tasks.mdqa.MDQATask": {"data_path": str(nq)},
         "rope_adapter.scoring.tasks.perplexity.PerplexityTask": {"data_path": str(text)},
         "rope_adapter.scoring.variants.Variant": {"name": "v"},
-        "rope_adapter.search.objective.FactorConstraints": {"space": BezierSpace(), "num_layers": 8},
-        "rope_adapter.search.objective.LayerBound": {"first": 0, "last": 2, "low": 1.0, "high": 1.5},
+        "rope_adapter.search.constraints.FactorConstraints": {"space": BezierSpace(), "num_layers": 8},
+        "rope_adapter.search.constraints.LayerBound": {"first": 0, "last": 2, "low": 1.0, "high": 1.5},
     }
 
 

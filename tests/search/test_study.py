@@ -26,14 +26,9 @@ from rope_adapter.scoring.shared_prefix import prepare, token_logprobs
 from rope_adapter.scoring.tasks import KVRetrievalTask
 from rope_adapter.search import run_search
 from rope_adapter.search.bezier import BezierSpace
+from rope_adapter.search.constraints import FactorConstraints, LayerBound, perplexity_constraint
 from rope_adapter.search.holdout import holdout_verdict
-from rope_adapter.search.objective import (
-    FactorConstraints,
-    LayerBound,
-    ObjectiveSpec,
-    perplexity_constraint,
-    truncate_targets,
-)
+from rope_adapter.search.objective import ObjectiveSpec, truncate_targets
 from rope_adapter.search.selection import choose, pareto_front, search_set_warning
 from rope_adapter.search.settings import redact_url
 
