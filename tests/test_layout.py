@@ -226,7 +226,11 @@ def test_tests_are_grouped_by_room():
     """Issue 19: tests/<room>/test_*.py, what they share in tests/testkit/, nothing else at the top but the layout tests."""
     rooms = {"core", "scoring", "search", "evaluate", "export", "cli", "integration", "serving_vllm"}
     tests = ROOT / "tests"
-    assert {p.name for p in tests.glob("test_*.py")} == {"test_layout.py", "test_layout_io.py", "test_layout_private.py"}
+    assert {p.name for p in tests.glob("test_*.py")} == {
+        "test_layout.py",
+        "test_layout_io.py",
+        "test_layout_private.py",
+    }
     assert {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))} == {*rooms, "testkit"}
     for room in rooms:
         assert list((tests / room).glob("test_*.py")), room
