@@ -249,3 +249,39 @@ def test_no_test_has_a_wall_clock_limit():
         if limit.search(line) and not any(a in line for a in allowed) and "limit = re.compile" not in line
     ]
     assert not found, found
+
+
+def _named_tests(text: str, aliases: dict[str, str]) -> set[tuple[str, str]]:
+    """(test file, test name) of every ``tests/FILE.py::test_name`` and ``alias::test_name`` in ``text``."""
+    named = {(path, name) for path, name in re.findall(r"tests/([\w/]+\.py)::(test_\w+)", text)}
+    named |= {(aliases[a], name) for a, name in re.findall(r"\b(\w+)::(test_\w+)", text) if a in aliases}
+    return named
+
+
+def test_every_test_the_documentation_names_exists():
+    """The docs and the results READMEs cite tests as their evidence (``tests/FILE.py::test_name``, or in the
+    reliability table an alias from its key, ``layout::test_name``): each one must name a test that is there, so a
+    test moved or renamed takes its citations with it."""
+    reliability = (ROOT / "docs" / "reliability.md").read_text()
+    key = reliability[: reliability.index("## The classes")].replace("\n", " ")
+    aliases = dict(re.findall(r"`(\w+)` = `([\w/]+\.py)`", key))
+    assert len(aliases) > 30 and aliases["layout"] == "test_layout.py"
+    texts = {path: path.read_text() for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]}
+    texts |= {path: path.read_text() for path in (ROOT / "benchmarks" / "results").glob("*/README.md")}
+    missing, cited = [], 0
+    for path, text in texts.items():
+        for file, name in sorted(_named_tests(text, aliases if path.name == "reliability.md" else {})):
+            cited += 1
+            test_file = ROOT / "tests" / file
+            if not test_file.is_file() or not re.search(rf"^def {name}\(", test_file.read_text(), re.M):
+                missing.append(f"{path.relative_to(ROOT)}: {file}::{name}")
+    assert cited > 100
+    assert not missing, "the documentation cites tests that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_citation_scan_finds_both_forms():
+    text = "see tests/core/test_x.py::test_a and `kept::test_b`, not kept::*"
+    assert _named_tests(text, {"kept": "search/test_kept_scores.py"}) == {
+        ("core/test_x.py", "test_a"),
+        ("search/test_kept_scores.py", "test_b"),
+    }
