@@ -132,7 +132,9 @@ class LrsConfig(PeftConfig):
             discard_staged_weights(folder)  # nothing left when they were committed
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str, subfolder: str | None = None, **kwargs: Any):
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str, subfolder: str | None = None, **kwargs: Any
+    ) -> LrsConfig:
         """PEFT's loader, after checking a local adapter folder completely (config, safetensors, and that they
         agree), so that ``PeftModel.from_pretrained`` and ``load_adapter`` refuse a bad folder before they change
         the model."""

@@ -8,6 +8,7 @@ layer's pair.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ class Float32BufferDict(BufferDict):
     def __init__(self) -> None:
         super().__init__(persistent=True)
 
-    def _apply(self, fn, recurse: bool = True):
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Float32BufferDict:
         saved = dict(self._buffers)
         super()._apply(fn, recurse)
         for key, old in saved.items():
@@ -122,7 +123,9 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
             )
         return stored[active[0]]
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *args: Any, **kwargs: Any):
+    def forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.base_layer(x, position_ids, *args, **kwargs)
         factors = self._active_factors()
         if factors is None:

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
@@ -44,7 +44,13 @@ def output_path(text: str) -> Path:
 class IntListAction(argparse.Action):
     """Integers given either way: ``--positions 0 4 9`` or ``--positions 0,4,9`` (eval and search agree)."""
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[str] | None,
+        option_string: str | None = None,
+    ) -> None:
         items = [values] if isinstance(values, str) else list(values)
         out: list[int] = []
         for item in items:

@@ -57,13 +57,17 @@ def _title(data: ResultsFile, what: str) -> str:
     return f"{what} — {data.get('task', '')} on {model}"
 
 
-def _bounds(entries: Sequence[Mapping[str, Any]], key_low: str = "ci_low", key_high: str = "ci_high"):
+def _bounds(
+    entries: Sequence[Mapping[str, Any]], key_low: str = "ci_low", key_high: str = "ci_high"
+) -> tuple[np.ndarray, np.ndarray]:
     low = np.array([np.nan if e[key_low] is None else e[key_low] for e in entries], dtype=float)
     high = np.array([np.nan if e[key_high] is None else e[key_high] for e in entries], dtype=float)
     return low, high
 
 
-def _lines(ax: Any, positions: Sequence[int], series: Sequence[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]]):
+def _lines(
+    ax: Any, positions: Sequence[int], series: Sequence[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]]
+) -> None:
     spread = 0.012 * (max(positions) - min(positions) or 1)
     count = len(series)
     for k, (index, name, mean, low, high) in enumerate(series):

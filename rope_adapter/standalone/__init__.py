@@ -9,8 +9,10 @@ transformers' auto classes on ``import rope_adapter``, so such folders load with
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
@@ -108,7 +110,7 @@ def lrs_classes(base_model_type: str) -> tuple[type[PreTrainedConfig], type[PreT
     return config_cls, model_cls
 
 
-def _saving_code(save_pretrained, names: LrsNames):
+def _saving_code(save_pretrained: Callable[..., Any], names: LrsNames) -> Callable[..., Any]:
     """The config's ``save_pretrained``, also writing the code files its ``auto_map`` names (a model's
     ``save_pretrained`` saves its config through it).
 
@@ -116,7 +118,7 @@ def _saving_code(save_pretrained, names: LrsNames):
     ``auto_map`` when saved again, but transformers copies remote code only for classes it loaded as remote code:
     without this the new folder would name two ``.py`` files it does not have, and fail to load elsewhere."""
 
-    def save(self, save_directory: str | os.PathLike[str], *args, **kwargs):
+    def save(self: PreTrainedConfig, save_directory: str | os.PathLike[str], *args: Any, **kwargs: Any) -> Any:
         result = save_pretrained(self, save_directory, *args, **kwargs)
         if getattr(self, "auto_map", None) == names.auto_map:
             write_code(Path(save_directory), names, __version__)

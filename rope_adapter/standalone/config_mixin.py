@@ -14,7 +14,7 @@ LRS_FACTOR_RANGE = (1e-3, 1e3)  # the range an LRS adapter accepts (FACTOR_MIN, 
 LRS_LAYOUTS = ("half", "interleaved")  # channel layouts of the rotary's (cos, sin): cat or repeat_interleave
 
 
-def check_lrs_fields(factors, layout) -> None:
+def check_lrs_fields(factors: object, layout: object) -> None:
     """Refuse factors that are not a list of finite numbers in LRS_FACTOR_RANGE, or an unknown layout."""
     low, high = LRS_FACTOR_RANGE
     if factors is not None:
@@ -69,7 +69,7 @@ class LrsConfigMixin:
     instead of running the model without the factors.
     """
 
-    def __post_init__(self, **kwargs) -> None:
+    def __post_init__(self, **kwargs: object) -> None:
         self.rope_parameters = unwrap_rope_parameters(self.rope_parameters)
         for name in ("lrs_factors", "lrs_base_model_type", "lrs_provenance"):
             setattr(self, name, kwargs.pop(name, getattr(self, name, None)))

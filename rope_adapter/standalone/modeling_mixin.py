@@ -21,7 +21,7 @@ class LrsFactors(nn.Module):
         super().__init__()
         self.register_buffer("factors", torch.tensor(factors, dtype=torch.float32), persistent=False)
 
-    def _apply(self, fn, recurse=True):
+    def _apply(self, fn: object, recurse: bool = True) -> nn.Module:
         # follow device moves, but stay float32 when the model is cast (bfloat16 would turn 1.3 into 1.2969)
         before = self.factors
         super()._apply(fn, recurse)
@@ -80,7 +80,7 @@ class LayerRotary:
 class LrsForCausalLMMixin:
     """Layer-specific RoPE scaling on a transformers causal LM: layer l rotates with ``inv_freq / factors[l]``."""
 
-    def __init__(self, config, *args, **kwargs) -> None:
+    def __init__(self, config: object, *args: object, **kwargs: object) -> None:
         super().__init__(config, *args, **kwargs)
         backbone = self.base_model
         factors = config.lrs_factors

@@ -9,6 +9,7 @@ not serve, a class whose construction raises the one-line refusal. Imports vLLM.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import vllm
 from torch import nn
@@ -42,7 +43,7 @@ def _vllm_class(base_arch: str) -> type[nn.Module] | None:
 
 
 def _served_class(name: str, base_model_type: str, base: type[nn.Module]) -> type[nn.Module]:
-    def __init__(self, *, vllm_config, prefix: str = "", **kwargs) -> None:
+    def __init__(self: nn.Module, *, vllm_config: Any, prefix: str = "", **kwargs: Any) -> None:
         base.__init__(self, vllm_config=vllm_config, prefix=prefix, **kwargs)
         config = vllm_config.model_config.hf_config.get_text_config()
         apply_layer_factors(self, config.lrs_factors, config.num_hidden_layers, config.model_type)
@@ -56,7 +57,7 @@ def _refused_class(name: str, base_model_type: str, base_arch: str) -> type[nn.M
     stand_in = _vllm_class(SERVED["llama"])
     has_own = _vllm_class(base_arch) is not None
 
-    def __init__(self, *, vllm_config, prefix: str = "", **kwargs) -> None:
+    def __init__(self: nn.Module, *, vllm_config: Any, prefix: str = "", **kwargs: Any) -> None:
         raise refusal(base_model_type, base_arch, vllm.__version__, has_own)
 
     doc = f"Refuses exported {base_model_type}_lrs folders (see rope_adapter.vllm.served.refusal)."

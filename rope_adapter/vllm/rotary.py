@@ -9,6 +9,7 @@ import copy
 import re
 from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import torch
 from torch import nn
@@ -25,7 +26,7 @@ def _scaled_class(base: type[nn.Module]) -> type[nn.Module]:
     which is what the adapter does to layer l (meaning A: the type's current ``inv_freq`` divided, its attention
     scaling kept)."""
 
-    def _compute_inv_freq(self, *args, **kwargs) -> torch.Tensor:
+    def _compute_inv_freq(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
         return base._compute_inv_freq(self, *args, **kwargs) / self.lrs_factor
 
     return type(f"Lrs{base.__name__}", (base,), {"_compute_inv_freq": _compute_inv_freq, "__module__": __name__})
