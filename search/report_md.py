@@ -173,22 +173,18 @@ def confirmation_lines(confirmation: Confirmation | None) -> list[str]:
     """The confirmation section: each top curve's search-set and confirmation scores and its selection gap."""
     if not confirmation:
         return []
+    chosen_text = []
+    for key, label in (("found", "adapter"), ("best_uniform", "best uniform")):
+        if confirmation[key] is not None:
+            searched = confirmation[f"search_{key}"]
+            other = "" if confirmation[key] == searched else f" (the search set chose trial {searched})"
+            chosen_text.append(f"{label} trial {confirmation[key]}{other}")
     lines = [
         "",
         f"## Confirmation ({confirmation['records']} fresh records, top {confirmation['top']} of each group)",
         "",
-        "Chosen on the confirmation records: "
-        + "; ".join(
-            f"{label} trial {confirmation[key]}"
-            + (
-                ""
-                if confirmation[key] == confirmation[f"search_{key}"]
-                else f" (the search set chose trial {confirmation[f'search_{key}']})"
-            )
-            for key, label in (("found", "adapter"), ("best_uniform", "best uniform"))
-            if confirmation[key] is not None
-        )  # fmt: skip
-        + ". Selection gap = search-set score minus confirmation score.",
+        f"Chosen on the confirmation records: {'; '.join(chosen_text)}. Selection gap = search-set score minus "
+        "confirmation score.",
         "",
         "| trial | group | search mean | confirmation mean | gap (mean) | search worst | confirmation worst | gap (worst) |",
         "|---" * 8 + "|",
