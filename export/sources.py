@@ -25,6 +25,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, Pre
 from rope_adapter import LrsConfig, load_lrs_config
 from rope_adapter.api import check_adapter_folder
 from rope_adapter.embedded.loading import resolve_model_path
+from rope_adapter.errors import first_line
 from rope_adapter.writable import unwritable_reason
 
 from .staging import ExportError
@@ -113,7 +114,7 @@ def load_base_config(ref: str) -> PreTrainedConfig:
     try:
         return AutoConfig.from_pretrained(ref)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ExportError(f"cannot read the base model config of {ref}: {first}") from exc
 
 
@@ -137,7 +138,7 @@ def source_from_path(
     try:
         base = AutoModelForCausalLM.from_pretrained(base_ref, dtype="auto" if dtype is None else dtype)
     except (OSError, ValueError, RuntimeError) as exc:  # the loaders' own errors: one line, naming the model
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise ExportError(f"cannot load the base model {os.fspath(model)!r}: {first}") from None
     base.eval()
     with warnings.catch_warnings():

@@ -71,3 +71,10 @@ class RecordFileError(LrsError):
 class FolderFormatError(LrsError):
     """A folder that holds weights in another format that rope-adapter did not write, where a save would leave
     two sets of weights for a loader to choose from."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name when the message is blank): what a one-line error
+    quotes of a library's own error."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -9,6 +9,8 @@ from typing import Any
 
 import optuna
 
+from rope_adapter.errors import first_line
+
 from .quiet import quiet_optuna
 from .settings import SearchError, redact_url
 
@@ -81,7 +83,7 @@ def open_storage(url: str, heartbeat: int = 30) -> Any:
         hint = " (pip install 'rope-adapter[postgres]' for PostgreSQL)" if backend == "postgresql" else ""
         raise SearchError(f"storage {shown!r} needs a database driver that is not installed: {exc}{hint}") from None
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         if parsed.password:
             first = first.replace(parsed.password, "***")
         raise SearchError(f"cannot reach the study storage {shown!r}: {first}") from None

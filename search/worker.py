@@ -17,6 +17,7 @@ from transformers import AutoConfig, AutoTokenizer
 
 from rope_adapter import LrsConfig
 from rope_adapter.embedded.loading import embedded_hub_id, resolve_model_path
+from rope_adapter.errors import first_line
 from rope_adapter.scoring import loading
 from rope_adapter.scoring.loading import EvalError, load_model_config
 from rope_adapter.scoring.shared_prefix import prepare
@@ -61,7 +62,7 @@ def _text_config(settings: SearchSettings) -> Any:
     except EvalError as exc:
         raise SearchError(str(exc)) from None
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise SearchError(f"cannot read the config of model {settings.model.name!r}: {first}") from None
     return getattr(config, "text_config", None) or config
 
@@ -248,7 +249,7 @@ def check_prompt_lengths(
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(part.tokenizer or part.name))
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise SearchError(f"cannot read the model or tokenizer {settings.model.name!r}: {first}") from None
     config = getattr(config, "text_config", None) or config
     limit = getattr(config, "max_position_embeddings", None)

@@ -30,6 +30,7 @@ from rope_adapter.scoring.tasks import available_tasks, position_tasks
 from rope_adapter.scoring.variants import check_variants, parse_variants
 from rope_adapter.writable import blank_path_reason, unwritable_reason
 
+from ..errors import first_line
 from . import evaluation as ev
 from .checkpoint import Checkpoint, record_parts, samples_digest
 from .extrapolation import default_extrapolation_variants, evaluate_lengths, length_windows, parse_lengths
@@ -196,7 +197,7 @@ def checked_device(name: str) -> Any:
     try:
         return resolve_device(name)
     except (RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise EvalError(f"--device {name!r}: {first}; use cpu, cuda, cuda:N, mps or auto") from None
 
 
@@ -206,7 +207,7 @@ def checked_model_config(model: str) -> tuple[Any, Any]:
     try:
         return load_model_config(model)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise EvalError(
             f"--model {model}: no usable model config ({first}); give a model folder with a config.json, "
             f"a Hub id or {DEFAULT_MODEL}"

@@ -13,6 +13,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.errors import LrsError
 
+from ..errors import first_line
+
 
 class EvalError(LrsError):
     """Bad evaluation input (task options, sample counts, data, positions); raised before the model loads."""
@@ -113,7 +115,7 @@ def load_model_config(name_or_path: str | os.PathLike[str]) -> tuple[str, Any]:
     try:
         return path, AutoConfig.from_pretrained(path)
     except (OSError, ValueError) as exc:  # ValueError: a config.json without a known model_type
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise EvalError(f"cannot read the model config of {str(name_or_path)!r}: {first}") from None
 
 

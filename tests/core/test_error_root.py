@@ -8,7 +8,10 @@ import importlib.util
 import inspect
 import pkgutil
 
-from rope_adapter.errors import LrsError
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rope_adapter.errors import LrsError, first_line
 
 
 def test_every_project_error_derives_from_lrs_error():
@@ -31,3 +34,11 @@ def test_every_project_error_derives_from_lrs_error():
     interrupts = {k for k, v in found.items() if issubclass(v, KeyboardInterrupt)}
     outside = sorted(k for k, v in found.items() if k not in interrupts and not issubclass(v, LrsError))
     assert not outside, outside
+
+
+@given(st.text(), st.sampled_from([ValueError, OSError, RuntimeError, KeyError]))
+def test_first_line_is_one_non_blank_line_of_the_message_or_the_class_name(text, kind):
+    """What every one-line error quotes of a library's error: never blank, never two lines."""
+    line = first_line(kind(text))
+    assert line.strip() and "\n" not in line
+    assert line in str(kind(text)) or line == kind.__name__
