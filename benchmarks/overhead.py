@@ -38,7 +38,7 @@ import torch
 from machine_info import cpu_info, load_average
 from overhead_report import markdown
 from peft import get_peft_model
-from result_files import RESULTS, write_summary
+from result_files import RESULTS, result_file, write_summary
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import rope_adapter
@@ -395,8 +395,18 @@ def main() -> None:
     )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"], help="model dtype")
     parser.add_argument("--out", type=Path, default=RESULTS / "overhead", help="result folder")
+    parser.add_argument(
+        "--markdown-only",
+        action="store_true",
+        help="measure nothing: write the Markdown page again from the JSON already in --out",
+    )
     parser.add_argument("--child", choices=["base", "adapter"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.markdown_only:
+        path = result_file(args.out, ".json")
+        files.write_text(result_file(args.out, ".md"), markdown(loads_json(path.read_text(), path)))
+        print(f"wrote {result_file(args.out, '.md')} from {path}")
+        return
     torch.set_num_threads(args.threads)
     global DEVICE, DTYPE
     DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
