@@ -43,7 +43,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM, Qwen2Confi
 
 import rope_adapter
 from rope_adapter import LrsConfig, files
-from rope_adapter.layer import LayerHook
+from rope_adapter.layer import attach_layer
 from rope_adapter.records import loads_json
 
 REPEATS = {"tiny": (9, 5), "smollm2-135m": (5, 2), "qwen2.5-0.5b": (3, 1)}
@@ -200,14 +200,15 @@ def fastest(fn, calls: int = 2000) -> float:
 @torch.inference_mode()
 def added_per_step(adapter, batch: int, position: int) -> dict:
     """The adapter's own work in one decode step, timed alone: its rotary wrapper against the base rotary, plus
-    one decoder layer's hook (the module call with the hook against the same call without) times the layers."""
+    one decoder layer's pick of its pair (the module call through the adapter's per-layer ``forward`` against the
+    same call without) times the layers."""
     layers = adapter.config.num_hidden_layers
     x = torch.zeros(batch, 1, adapter.config.hidden_size, device=DEVICE, dtype=DTYPE)
     pid = torch.tensor([[position]], device=DEVICE)
     wrapper = rope_adapter.find_rope_site(adapter).backbone.rotary_emb
     pe = wrapper(x, pid)
     plain, hooked = Identity(), Identity()
-    hooked.register_forward_pre_hook(LayerHook(layers - 1), with_kwargs=True)
+    attach_layer(hooked, layers - 1)
     rotary = fastest(lambda: wrapper(x, pid)) - fastest(lambda: wrapper.base_layer(x, pid))
     hook = fastest(lambda: hooked(x, position_embeddings=pe)) - fastest(lambda: plain(x, position_embeddings=pe))
     return {"rotary_s": rotary, "hook_s": hook, "added_s": rotary + layers * hook}

@@ -9,8 +9,10 @@ row, fastest of ``--repeats``, on one thread, the way the adapter calls it:
 - ``views``: splitting them into each layer's own pair (two ``unbind`` calls);
 - ``hook_path``: torch's forward pre-hook path in ``Module.__call__`` (a module with a do-nothing pre-hook against
   the same module without one), times the number of layers;
-- ``hooks``: the adapter's own hook (:class:`rope_adapter.layer.LayerHook`) picking each layer's pair;
-- ``forward_wrapper``: for comparison, what a per-layer wrapper of ``forward`` costs instead of the hook path.
+- ``hooks``: the adapter's pre-hook (:class:`rope_adapter.layer.LayerHook`, now only for a layer whose ``forward``
+  another library replaced) picking each layer's pair;
+- ``forward_wrapper``: what a per-layer wrapper of ``forward`` costs instead of the hook path (what the adapter
+  does now: :class:`rope_adapter.layer.LayerForward`).
 
     .venv/bin/python benchmarks/own_work_breakdown.py --out benchmarks/results/own_work_breakdown
 """

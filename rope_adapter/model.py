@@ -70,8 +70,8 @@ def _head_dim(model: nn.Module) -> int | None:
 class LrsModel(BaseTuner):
     """Layer-specific RoPE scaling (arXiv 2503.04355) as a PEFT tuner with zero trainable parameters.
 
-    The model's rotary module is wrapped by :class:`LrsRotaryLayer`; each decoder layer gets a forward pre-hook
-    that rotates with ``inv_freq / factors[layer]``. ``set_adapter``, ``disable_adapter``, ``delete_adapter``,
+    The model's rotary module is wrapped by :class:`LrsRotaryLayer`; each decoder layer's ``forward`` (or a forward
+    pre-hook, where another library replaced it) hands it the pair that rotates with ``inv_freq / factors[layer]``. ``set_adapter``, ``disable_adapter``, ``delete_adapter``,
     ``unload`` and several named adapters work through PEFT's own machinery.
     """
 

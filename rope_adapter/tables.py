@@ -2,7 +2,7 @@
 
 The adapter's rotary wrapper runs once per forward (once per layer type on Gemma3-style models). It hands the
 decoder layers an :class:`LrsPositionEmbeddings`: the base rotary's own pair, tagged with every layer's pair,
-and each layer's pre-hook only picks its own. What it costs:
+and each layer's ``forward`` (:class:`rope_adapter.layer.LayerForward`) only picks its own. What it costs:
 
 - Layers with equal factors share one table; layers whose factor is exactly 1 use the base rotary's own output.
   Which layer uses which table (a :class:`FactorPlan`) is worked out once per set of factors, not per forward.
@@ -125,7 +125,7 @@ def cached_plan(
 
 def compiled_plan(factors: torch.Tensor, layer_types: list[str] | None, layer_type: str | None) -> FactorPlan:
     """One table per served layer, its factor read from the tensor when the graph runs: no host read and no version
-    check, which ``torch.compile`` cannot trace (it fuses the per-layer work instead, and the hooks cost nothing)."""
+    check, which ``torch.compile`` cannot trace (it fuses the per-layer work instead, and the per-layer picks cost nothing)."""
     served = [
         i for i in range(factors.numel()) if layer_types is None or layer_type is None or layer_types[i] == layer_type
     ]

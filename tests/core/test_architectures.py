@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import sharpen_queries_and_keys, tiny_sizes
+from testkit.tiny_models import capture_position_embeddings, sharpen_queries_and_keys, tiny_sizes
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import rope_adapter
@@ -75,13 +75,9 @@ def test_interleaved_layout_per_layer_factors_match_each_layers_native_rotation(
     base = build(arch)
     native = rope_adapter.find_rope_site(native_linear(base, 1.5)).rotary
     model = get_peft_model(copy.deepcopy(base), LrsConfig(factors=[1.0, 1.5]))
-    seen = {}
     site = rope_adapter.find_rope_site(model)
-    for idx, layer in enumerate(site.layers):
-        layer.register_forward_pre_hook(
-            lambda m, a, kw, idx=idx: seen.__setitem__(idx, kw["position_embeddings"]), with_kwargs=True
-        )
-    model(IDS)
+    with capture_position_embeddings(site.layers) as seen:
+        model(IDS)
     positions = torch.arange(IDS.shape[1])[None]
     x = torch.zeros(1, IDS.shape[1], 1)
     want0, want1 = site.rotary(x, positions), native(x, positions)

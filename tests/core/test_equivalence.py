@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import ARCHITECTURES, native_linear, tiny_model, weights_in
+from testkit.tiny_models import ARCHITECTURES, capture_position_embeddings, native_linear, tiny_model, weights_in
 
 import rope_adapter
 from rope_adapter import LrsConfig
@@ -48,20 +48,6 @@ def test_ones_and_disabled_adapter_equal_the_plain_model(arch):
     assert torch.equal(model(IDS).logits, scaled)
 
 
-def _capture_layer_cos(model, n_layers):
-    """Register pre-hooks after the adapter's, returning the (cos, sin) each decoder layer really receives."""
-    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    site = rope_adapter.find_rope_site(model)
-    handles = []
-    for i, layer in enumerate(site.layers):
-
-        def hook(module, args, kwargs, i=i):
-            seen[i] = tuple(kwargs["position_embeddings"])
-
-        handles.append(layer.register_forward_pre_hook(hook, with_kwargs=True))
-    return seen, handles
-
-
 @pytest.mark.parametrize("arch", ["llama", "gemma3_text", "gpt_neox"])
 def test_each_layer_rotates_with_its_own_factor(arch):
     """Independent reference: cos(pos * inv_freq / s_l) from the config, per layer (and per layer type)."""
@@ -69,8 +55,8 @@ def test_each_layer_rotates_with_its_own_factor(arch):
     n = base.config.num_hidden_layers
     factors = [1.0, 1.5, 2.0, 3.25][:n]
     model = get_peft_model(copy.deepcopy(base), LrsConfig(factors=factors))
-    seen, _ = _capture_layer_cos(model, n)
-    model(IDS[:, :40])
+    with capture_position_embeddings(rope_adapter.find_rope_site(model).layers) as seen:
+        model(IDS[:, :40])
     cfg = base.config
     head = cfg.head_dim if getattr(cfg, "head_dim", None) else cfg.hidden_size // cfg.num_attention_heads
     rot = int(head * cfg.rope_parameters.get("partial_rotary_factor", 1.0)) if arch != "gemma3_text" else head
@@ -119,8 +105,8 @@ def test_stacking_on_a_rope_type_divides_its_inv_freq_and_keeps_its_attention_sc
     model = get_peft_model(copy.deepcopy(base), LrsConfig(factors=factors))
     seq = 200 if rope_type in ("dynamic", "longrope") else 60  # beyond 128 positions: dynamic updates inv_freq
     ids = torch.randint(3, 250, (1, seq), generator=torch.Generator().manual_seed(1))
-    seen, _ = _capture_layer_cos(model, 4)
-    model(ids)
+    with capture_position_embeddings(rope_adapter.find_rope_site(model).layers) as seen:
+        model(ids)
     kwargs = {"seq_len": seq} if rope_type in ("dynamic", "longrope") else {}
     inv, attention = ROPE_INIT_FUNCTIONS[rope_type](base.config, None, **kwargs)
     if rope_type == "dynamic":  # the reference really is the updated (long-context) frequency vector

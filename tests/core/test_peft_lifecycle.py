@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -132,6 +133,61 @@ def test_deepcopy_keeps_an_independent_working_adapter(base_dir):
         plain = clone(IDS).logits
     assert torch.allclose(clone(IDS).logits, plain, atol=1e-5)  # the clone's own factors (all 1.0) took effect
     assert not torch.allclose(expected, plain, atol=1e-3)  # ... and they differ from the original's
+
+
+def test_a_deepcopy_or_pickle_of_the_model_gives_each_layer_its_own_copy(base_dir):
+    """Each decoder layer's LRS ``forward`` refers to its own layer: a copy's layers run themselves, not the
+    original's (whose weights are then changed to tell them apart)."""
+    model = get_peft_model(load_base(base_dir), LrsConfig(factors=FACTORS))
+    expected = model(IDS).logits
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert count_layer_hooks(clone) == 4 and torch.equal(clone(IDS).logits, expected)
+    clone = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5)
+    assert torch.equal(clone(IDS).logits, expected)
+
+
+def accelerate_like_wrapper(layer: torch.nn.Module, calls: list[int]) -> None:
+    """Replace ``layer.forward`` as accelerate's device hooks do (an instance attribute calling the old one)."""
+    old = layer.forward
+
+    def forward(*args, **kwargs):
+        calls.append(1)
+        return old(*args, **kwargs)
+
+    layer.forward = forward
+
+
+def test_a_layer_whose_forward_was_replaced_before_still_gets_its_factor(base_dir):
+    """A layer whose ``forward`` another library replaced keeps that ``forward`` and takes its factor through a
+    forward pre-hook; unloading gives it back as it was."""
+    reference = get_peft_model(load_base(base_dir), LrsConfig(factors=FACTORS))(IDS).logits
+    base = load_base(base_dir)
+    plain = base(IDS).logits
+    calls: list[int] = []
+    accelerate_like_wrapper(base.model.layers[2], calls)
+    wrapped = base.model.layers[2].forward
+    model = get_peft_model(base, LrsConfig(factors=FACTORS))
+    assert count_layer_hooks(model) == 4
+    assert torch.equal(model(IDS).logits, reference) and calls
+    unloaded = model.unload()
+    assert count_layer_hooks(unloaded) == 0 and unloaded.model.layers[2].forward is wrapped
+    assert all("forward" not in layer.__dict__ for i, layer in enumerate(unloaded.model.layers) if i != 2)
+    assert torch.equal(unloaded(IDS).logits, plain)
+
+
+def test_a_wrapper_added_after_the_adapter_passes_through_once_it_is_unloaded(base_dir):
+    base = load_base(base_dir)
+    plain = base(IDS).logits
+    model = get_peft_model(base, LrsConfig(factors=FACTORS))
+    adapted = model(IDS).logits
+    calls: list[int] = []
+    accelerate_like_wrapper(base.model.layers[0], calls)
+    assert torch.equal(model(IDS).logits, adapted) and calls
+    unloaded = model.unload()
+    assert torch.equal(unloaded(IDS).logits, plain)  # the LRS forward left inside the wrapper passes through
 
 
 def test_merge_and_unload_folds_uniform_factors_into_linear_rope(base_dir):

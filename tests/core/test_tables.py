@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import byte_tokenizer, tiny_model
+from testkit.tiny_models import byte_tokenizer, capture_position_embeddings, tiny_model
 
 import rope_adapter
 from rope_adapter import LrsConfig, tables
@@ -38,18 +38,9 @@ def wrapper(model) -> LrsRotaryLayer:
 
 
 def received(model, ids=IDS) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
-    """Run ``model`` on ``ids``; return the (cos, sin) each decoder layer really received (after the adapter's hook)."""
-    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-    handles = [
-        layer.register_forward_pre_hook(
-            lambda m, a, kw, i=i: seen.__setitem__(i, tuple(kw["position_embeddings"])), with_kwargs=True
-        )
-        for i, layer in enumerate(rope_adapter.find_rope_site(model).layers)
-    ]
-    with torch.no_grad():
+    """Run ``model`` on ``ids``; return the (cos, sin) each decoder layer really passed on to its attention."""
+    with capture_position_embeddings(rope_adapter.find_rope_site(model).layers) as seen, torch.no_grad():
         model(ids)
-    for handle in handles:
-        handle.remove()
     return seen
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,3 +130,25 @@ def weights_in(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     for p in model.parameters():
         p.data = p.data.to(dtype)
     return model
+
+
+@contextlib.contextmanager
+def capture_position_embeddings(layers: torch.nn.ModuleList) -> Iterator[dict[int, tuple[torch.Tensor, ...]]]:
+    """The ``(cos, sin)`` each decoder layer really passes on to its attention, filled in by the forwards run inside
+    the ``with`` block: recorded by a pre-hook on every child module of the layer that is called with
+    ``position_embeddings`` (the first call of each layer counts)."""
+    seen: dict[int, tuple[torch.Tensor, ...]] = {}
+    handles = []
+    for idx, layer in enumerate(layers):
+        for child in layer.children():
+
+            def hook(module, args, kwargs, idx=idx):
+                if kwargs.get("position_embeddings") is not None and idx not in seen:
+                    seen[idx] = tuple(kwargs["position_embeddings"])
+
+            handles.append(child.register_forward_pre_hook(hook, with_kwargs=True))
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
