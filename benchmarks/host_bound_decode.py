@@ -8,7 +8,12 @@ memory (two copies of a model can time a few per cent apart on their own), inter
 - ``noop_prehooks``: the plain model with a do-nothing forward pre-hook on each decoder layer (torch's hook path);
 - ``adapter``: the adapter as it is (each decoder layer's ``forward`` picks its own ``(cos, sin)``);
 - ``adapter_prehooks``: the same adapter handing the pairs over through forward pre-hooks instead (the earlier
-  mechanism, still the one used for a layer whose ``forward`` another library replaced).
+  mechanism, still the one used for a layer whose ``forward`` another library replaced);
+- ``exported``: the folder ``rope-adapter export`` writes for the same factors, loaded as transformers loads it
+  (a copy of the weights of its own, so this row also carries the few per cent two copies can differ by), every
+  layer's pair computed in one batch per forward;
+- ``exported_layer_by_layer``: the same exported model with each layer computing its own pair (what an exported
+  model did before, and still does beyond the batch's memory bound).
 
 Every factor differs (no shared tables). Fastest-of-N and median ratios against ``base``, and each variant timed
 against itself (its odd against its even runs). Writes JSON and Markdown into the result folder.
@@ -19,7 +24,9 @@ against itself (its odd against its even runs). Writes JSON and Markdown into th
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -28,12 +35,15 @@ import torch
 from machine_info import cpu_info, load_average
 from peft import get_peft_model
 from result_files import RESULTS, write_summary
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import rope_adapter
+from rope_adapter.export import export_model
 from rope_adapter.layer import LayerHook, remove_layer_hooks
+from rope_adapter.standalone.modeling_mixin import LRS_TABLE_BUDGET
 
-VARIANTS = ("base", "noop_prehooks", "adapter", "adapter_prehooks")
+CPU_BUDGET = LRS_TABLE_BUDGET["cpu"]
+VARIANTS = ("base", "noop_prehooks", "adapter", "adapter_prehooks", "exported", "exported_layer_by_layer")
 
 
 class Variants:
@@ -53,8 +63,12 @@ class Variants:
         self.model = LlamaForCausalLM(config).eval()
         self.factors = [1.0 + 0.02 * i for i in range(layers)]
         self.peft = None
+        self.exported = exported_copy(self.model, self.factors)
 
     def __getitem__(self, name: str) -> torch.nn.Module:
+        LRS_TABLE_BUDGET["cpu"] = 0 if name == "exported_layer_by_layer" else CPU_BUDGET
+        if name.startswith("exported"):
+            return self.exported
         if self.peft is not None:
             self.peft.unload()
             self.peft = None
@@ -72,6 +86,17 @@ class Variants:
                 for i, layer in enumerate(layers):
                     layer.register_forward_pre_hook(LayerHook(i), with_kwargs=True)
         return self.model
+
+
+def exported_copy(model: torch.nn.Module, factors: list[float]) -> torch.nn.Module:
+    """``model`` with ``factors`` exported by ``rope-adapter export`` and loaded back (in-process classes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        model.save_pretrained(folder / "base")
+        peft = get_peft_model(copy.deepcopy(model), rope_adapter.LrsConfig(factors=factors))
+        peft.save_pretrained(folder / "adapter")
+        export_model(folder / "base", folder / "adapter", folder / "exported", verify=False)
+        return AutoModelForCausalLM.from_pretrained(folder / "exported").eval()
 
 
 @torch.inference_mode()
@@ -116,7 +141,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for flag, default, what in (
         ("--layers", 24, "decoder layers"),
-        ("--repeats", 40, "timed runs per variant"),
+        ("--repeats", 200, "timed runs per variant"),
         ("--steps", 10, "decode steps per run"),
         ("--prompt", 64, "prompt tokens before decoding"),
     ):

@@ -46,6 +46,43 @@ def tag_rotary_output(rotary: nn.Module, args: tuple, kwargs: dict, output: tupl
     return tagged
 
 
+LRS_TABLE_BUDGET = {"cpu": 1 << 18, "other": 1 << 24}  # most values (layers x batch x tokens x channels) a forward
+# computes in one batch; beyond it each layer computes its own pair (the bounds of the adapter's own tables)
+
+
+def rotary_pairs(freqs: torch.Tensor, base: RotaryOutput, layout: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' rotary forward from ``freqs`` (positions x scaled inv_freq) on: double, cos, sin, scale, cast."""
+    if layout == "interleaved":
+        emb = torch.repeat_interleave(freqs, 2, dim=-1)
+    else:
+        emb = torch.cat((freqs, freqs), dim=-1)
+    cos = emb.cos() * base.attention_scaling
+    sin = emb.sin() * base.attention_scaling
+    return cos.to(dtype=base[0].dtype), sin.to(dtype=base[0].dtype)
+
+
+class TagRotary:
+    """Forward hook of the model's rotary module: tags its output (:func:`tag_rotary_output`) and, within the
+    budget, adds every layer's own pair computed in one batch (the same operations, element for element)."""
+
+    def __init__(self, factors: LrsFactors, layout: str = "half") -> None:
+        self.factors = factors  # the model's LrsFactors module
+        self.layout = layout
+
+    def __call__(self, rotary: nn.Module, args: tuple, kwargs: dict, output: tuple) -> RotaryOutput:
+        tagged = tag_rotary_output(rotary, args, kwargs, output)
+        positions = tagged.position_ids[..., None].float()
+        inv_freq = tagged.inv_freq.to(device=positions.device, dtype=torch.float)
+        factors = self.factors.factors.to(inv_freq.device)
+        budget = LRS_TABLE_BUDGET["cpu" if positions.device.type == "cpu" else "other"]
+        tagged.pairs = None
+        if factors.numel() * positions.numel() * 2 * inv_freq.numel() <= budget:
+            freqs = positions[None] * (inv_freq[None, :] / factors[:, None])[:, None, None, :]
+            cos, sin = rotary_pairs(freqs, tagged, self.layout)
+            tagged.pairs = list(zip(cos.unbind(0), sin.unbind(0), strict=True))
+        return tagged
+
+
 class LayerRotary:
     """Forward pre-hook of decoder layer ``layer_idx``: replaces ``position_embeddings`` with its own pair."""
 
@@ -63,17 +100,14 @@ class LayerRotary:
                     "would replace the exported factors: apply it to the base model instead"
                 )
             return None
+        if getattr(base, "pairs", None) is not None:
+            kwargs["position_embeddings"] = base.pairs[self.layer_idx]
+            return args, kwargs
         position_ids = base.position_ids
         inv_freq = base.inv_freq.to(device=position_ids.device, dtype=torch.float)
         inv_freq = inv_freq / self.factors.factors[self.layer_idx].to(inv_freq.device)
         freqs = position_ids[..., None].float() * inv_freq
-        if getattr(self, "layout", "half") == "interleaved":
-            emb = torch.repeat_interleave(freqs, 2, dim=-1)
-        else:
-            emb = torch.cat((freqs, freqs), dim=-1)
-        cos = emb.cos() * base.attention_scaling
-        sin = emb.sin() * base.attention_scaling
-        kwargs["position_embeddings"] = (cos.to(dtype=base[0].dtype), sin.to(dtype=base[0].dtype))
+        kwargs["position_embeddings"] = rotary_pairs(freqs, base, getattr(self, "layout", "half"))
         return args, kwargs
 
 
@@ -89,9 +123,9 @@ class LrsForCausalLMMixin:
                 f"config.lrs_factors must hold one factor per decoder layer ({len(backbone.layers)}), found {factors!r}"
             )
         self.lrs = LrsFactors(factors)
-        backbone.rotary_emb.register_forward_hook(tag_rotary_output, with_kwargs=True)
+        layout = getattr(config, "lrs_rotary_layout", None) or "half"
+        backbone.rotary_emb.register_forward_hook(TagRotary(self.lrs, layout), with_kwargs=True)
         for idx, layer in enumerate(backbone.layers):
-            layout = getattr(config, "lrs_rotary_layout", None) or "half"
             layer.register_forward_pre_hook(LayerRotary(idx, self.lrs, layout), with_kwargs=True)
 
     def _init_weights(self, module: nn.Module) -> None:

@@ -27,7 +27,7 @@ from testkit.export_folders import (
     make_base,
     tree_digest,
 )
-from testkit.tiny_models import ARCHITECTURES
+from testkit.tiny_models import ARCHITECTURES, capture_position_embeddings
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 import rope_adapter.export as export
@@ -189,6 +189,25 @@ def test_generated_code_imports_only_torch_and_transformers(work, llama):
             elif isinstance(node, ast.ImportFrom) and node.level == 0:
                 assert node.module.split(".")[0] in ("torch", "transformers"), path.name
         assert "rope_adapter" not in text.replace("rope-adapter", "")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_an_exported_model_gives_the_same_pairs_batched_or_layer_by_layer(work, llama, monkeypatch, dtype):
+    """Every layer's (cos, sin) in one batch per forward (within the budget) or each layer's own: bit for bit."""
+    from rope_adapter.standalone import modeling_mixin
+
+    folder = work / "batched"
+    if not folder.is_dir():
+        export_model(*llama, folder, verify=False)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa", dtype=dtype)
+    with capture_position_embeddings(model.model.layers) as batched:
+        batched_logits = logits_of(model, IDS)
+    monkeypatch.setitem(modeling_mixin.LRS_TABLE_BUDGET, "cpu", 0)
+    with capture_position_embeddings(model.model.layers) as layer_by_layer:
+        assert torch.equal(logits_of(model, IDS), batched_logits)
+    assert len(batched) == 4
+    for layer, pair in batched.items():
+        assert all(torch.equal(a, b) for a, b in zip(pair, layer_by_layer[layer], strict=True))
 
 
 def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, llama):
