@@ -39,6 +39,14 @@ class Float32BufferDict(BufferDict):
         return self
 
 
+def tracked(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as a normal tensor, whose in-place changes torch counts. A factor tensor made under
+    ``torch.inference_mode()`` (a model built or loaded there) keeps no version counter, so its plan could never be
+    kept: every forward would read the factors on the host again (a device sync on a GPU) and rebuild it."""
+    with torch.inference_mode(False):
+        return tensor.clone()
+
+
 class LayerForward:
     """Decoder layer ``layer_idx``'s ``forward`` with the layer's own ``position_embeddings``: set on the layer as its
     ``forward`` attribute, which torch's module call reaches on its fast path. A forward pre-hook would do the same
@@ -164,7 +172,10 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
             raise ValueError(
                 f"LRS applies one adapter at a time, but {active} are active: choose one with set_adapter(name)"
             )
-        return stored[active[0]]
+        factors = stored[active[0]]
+        if factors.is_inference():
+            factors = stored[active[0]] = tracked(factors)
+        return factors
 
     def forward(
         self, x: torch.Tensor, position_ids: torch.Tensor, *args: Any, **kwargs: Any

@@ -164,15 +164,33 @@ def test_tables_follow_set_factors_load_state_dict_adapters_and_dtype(path):
     assert torch.equal(logits(model), logits(adapted(copy.deepcopy(base).to(torch.bfloat16))))
 
 
-def test_a_model_made_in_inference_mode_keeps_no_stale_plan():
-    """Tensors made in inference mode keep no version counter: their factors are read again every forward."""
+def test_a_model_made_in_inference_mode_keeps_its_plan_and_no_stale_one(monkeypatch):
+    """Tensors made in inference mode keep no version counter: the adapter's factors become a normal tensor at the
+    first forward, so the plan is made once (no host read of the factors per forward, a device sync on a GPU) and
+    every later in-place change (set_factors, load_state_dict, a cast) is still seen."""
+    made = []
+    make_plan = tables.make_plan
+    monkeypatch.setattr(tables, "make_plan", lambda *args: made.append(1) or make_plan(*args))
     base = tiny_model("llama", num_layers=len(FACTORS))
+    other = [2.0, 1.0, 1.3, 1.3, 2.0, 1.1]
+    with torch.no_grad():
+        want, want_other = adapted(base)(IDS).logits, adapted(base, other)(IDS).logits
+    made.clear()
     with torch.inference_mode():
         model = adapted(base)
-        first = model(IDS).logits
+        assert torch.equal(model(IDS).logits, want)
+        for _ in range(3):
+            model(IDS)
+        assert len(made) == 1
         rope_adapter.set_factors(model, 1.0)
         assert torch.equal(model(IDS).logits, base(IDS).logits)
-    assert torch.equal(first, adapted(base)(IDS).logits)
+        wrapper(model).load_state_dict({"lrs_factors.default": torch.tensor(other)}, strict=False)
+        assert torch.equal(model(IDS).logits, want_other)
+        model.to(torch.float64)  # a cast made in inference mode (the factors stay float32)
+        model.to(torch.float32)
+        assert torch.equal(model(IDS).logits, want_other)
+    assert len(made) == 3  # first forward, set_factors, load_state_dict (the casts left the factors as they were)
+    assert torch.equal(adapted(base)(IDS).logits, want)
 
 
 @pytest.mark.parametrize(
