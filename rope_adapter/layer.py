@@ -20,8 +20,18 @@ from .architectures import rope_state
 from .tables import FactorPlan, LrsPositionEmbeddings, cached_plan, layer_tables
 
 
+def tracked(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as a normal tensor, whose in-place changes torch counts. An inference tensor (made under
+    ``torch.inference_mode()``: a model built, loaded, cast or moved there) keeps no version counter, so the plan made
+    from it could never be kept (every forward would read the factors on the host again, a device sync on a GPU, and
+    rebuild it), and outside inference mode it refuses in-place changes (``set_factors``, ``load_state_dict``)."""
+    with torch.inference_mode(False):
+        return tensor.clone()
+
+
 class Float32BufferDict(BufferDict):
-    """A persistent BufferDict whose tensors stay float32 when the model is cast to bf16/fp16.
+    """A persistent BufferDict whose tensors stay float32 when the model is cast to bf16/fp16, and normal tensors
+    when it is cast or moved under ``torch.inference_mode()`` (:func:`tracked`).
 
     ``model.to(torch.bfloat16)`` would turn a factor 1.3 into 1.2969; device moves still apply.
     """
@@ -35,16 +45,10 @@ class Float32BufferDict(BufferDict):
         for key, old in saved.items():
             new = self._buffers[key]
             if new is not None and old is not None and new.dtype != torch.float32:
-                self._buffers[key] = old.to(device=new.device, dtype=torch.float32)
+                self._buffers[key] = new = old.to(device=new.device, dtype=torch.float32)
+            if new is not None and new.is_inference():
+                self._buffers[key] = tracked(new)
         return self
-
-
-def tracked(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` as a normal tensor, whose in-place changes torch counts. A factor tensor made under
-    ``torch.inference_mode()`` (a model built or loaded there) keeps no version counter, so its plan could never be
-    kept: every forward would read the factors on the host again (a device sync on a GPU) and rebuild it."""
-    with torch.inference_mode(False):
-        return tensor.clone()
 
 
 class LayerForward:
@@ -154,12 +158,21 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
 
     def update_layer(self, adapter_name: str, factors: list[float]) -> None:
         device = next(iter(self.base_layer.buffers()), torch.empty(0)).device
-        self.lrs_factors[adapter_name] = torch.tensor(factors, dtype=torch.float32, device=device)
+        with torch.inference_mode(False):  # a normal tensor even under inference mode, see tracked()
+            self.lrs_factors[adapter_name] = torch.tensor(factors, dtype=torch.float32, device=device)
 
     def set_factors(self, adapter_name: str, factors: list[float]) -> None:
         """Swap an adapter's factors in place (no reallocation, no re-injection)."""
-        buf = self.lrs_factors[adapter_name]
-        buf.copy_(torch.tensor(factors, dtype=torch.float32))
+        self._factors(adapter_name).copy_(torch.tensor(factors, dtype=torch.float32))
+
+    def _factors(self, adapter_name: str) -> torch.Tensor:
+        """The adapter's factor tensor, made a normal tensor first if it is an inference tensor (see
+        :func:`tracked`: a cast or device move under inference mode makes one)."""
+        stored = self.lrs_factors._buffers  # runs every forward: the dict itself, not BufferDict's lookups
+        factors = stored[adapter_name]
+        if factors.is_inference():
+            factors = stored[adapter_name] = tracked(factors)
+        return factors
 
     def _active_factors(self) -> torch.Tensor | None:
         if self.disable_adapters:
@@ -172,10 +185,7 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
             raise ValueError(
                 f"LRS applies one adapter at a time, but {active} are active: choose one with set_adapter(name)"
             )
-        factors = stored[active[0]]
-        if factors.is_inference():
-            factors = stored[active[0]] = tracked(factors)
-        return factors
+        return self._factors(active[0])
 
     def forward(
         self, x: torch.Tensor, position_ids: torch.Tensor, *args: Any, **kwargs: Any
