@@ -11,9 +11,9 @@ memory (two copies of a model can time a few per cent apart on their own), inter
   mechanism, still the one used for a layer whose ``forward`` another library replaced);
 - ``exported``: the folder ``rope-adapter export`` writes for the same factors, loaded as transformers loads it
   (a copy of the weights of its own, so this row also carries the few per cent two copies can differ by), every
-  layer's pair computed in one batch per forward;
+  layer's pair computed in one batch per forward and picked by the layer's ``forward``, as the adapter's are;
 - ``exported_layer_by_layer``: the same exported model with each layer computing its own pair (what an exported
-  model did before, and still does beyond the batch's memory bound).
+  model does beyond the batch's memory bound, and did at every length in an earlier release).
 
 Every factor differs (no shared tables). Fastest-of-N and median ratios against ``base``, and each variant timed
 against itself (its odd against its even runs). Writes JSON and Markdown into the result folder.

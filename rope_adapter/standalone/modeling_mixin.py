@@ -84,7 +84,8 @@ class TagRotary:
 
 
 class LayerRotary:
-    """Forward pre-hook of decoder layer ``layer_idx``: replaces ``position_embeddings`` with its own pair."""
+    """Decoder layer ``layer_idx``'s pair in place of ``position_embeddings`` (called by :class:`LayerForward`, or as a
+    forward pre-hook where another library replaced the layer's ``forward`` already)."""
 
     def __init__(self, layer_idx: int, factors: LrsFactors, layout: str = "half") -> None:
         self.layer_idx = layer_idx
@@ -111,6 +112,19 @@ class LayerRotary:
         return args, kwargs
 
 
+class LayerForward:
+    """A decoder layer's ``forward`` with :class:`LayerRotary`'s pair, set as its ``forward`` attribute: torch's fast
+    path (a pre-hook takes the slower hook path on every call). Deepcopy and pickling find the layer via the memo."""
+
+    def __init__(self, layer: nn.Module, rotary: LayerRotary) -> None:
+        self.layer = layer
+        self.rotary = rotary
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        args, kwargs = self.rotary(self.layer, args, kwargs) or (args, kwargs)
+        return type(self.layer).forward(self.layer, *args, **kwargs)
+
+
 class LrsForCausalLMMixin:
     """Layer-specific RoPE scaling on a transformers causal LM: layer l rotates with ``inv_freq / factors[l]``."""
 
@@ -126,7 +140,11 @@ class LrsForCausalLMMixin:
         layout = getattr(config, "lrs_rotary_layout", None) or "half"
         backbone.rotary_emb.register_forward_hook(TagRotary(self.lrs, layout), with_kwargs=True)
         for idx, layer in enumerate(backbone.layers):
-            layer.register_forward_pre_hook(LayerRotary(idx, self.lrs, layout), with_kwargs=True)
+            rotary = LayerRotary(idx, self.lrs, layout)
+            if "forward" in layer.__dict__:  # another library replaced it already: leave it, take the hook path
+                layer.register_forward_pre_hook(rotary, with_kwargs=True)
+            else:
+                layer.forward = LayerForward(layer, rotary)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)

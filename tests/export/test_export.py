@@ -210,6 +210,25 @@ def test_an_exported_model_gives_the_same_pairs_batched_or_layer_by_layer(work, 
         assert all(torch.equal(a, b) for a, b in zip(pair, layer_by_layer[layer], strict=True))
 
 
+def test_an_exported_model_hands_each_layer_its_pair_through_its_forward_and_copies_keep_theirs(work, llama):
+    """Each decoder layer takes its pair in its own ``forward`` attribute (no forward pre-hook: torch's hook path
+    costs a few per cent of a host-bound decode step); a deepcopy or a pickled copy calls its own layers."""
+    import pickle
+
+    from rope_adapter.standalone import modeling_mixin
+
+    folder = work / "batched"
+    if not folder.is_dir():
+        export_model(*llama, folder, verify=False)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+    want = logits_of(model, IDS)
+    for layer in model.model.layers:
+        assert isinstance(layer.__dict__.get("forward"), modeling_mixin.LayerForward) and not layer._forward_pre_hooks
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert all(layer.forward.layer is layer for layer in other.model.layers)
+        assert torch.equal(logits_of(other, IDS), want)
+
+
 def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, llama):
     base, adapter = llama
     result = export_model(base, adapter, work / "registered", verify=False)
