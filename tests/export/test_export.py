@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import functools
 import json
 import os
 import subprocess
@@ -227,6 +228,31 @@ def test_an_exported_model_hands_each_layer_its_pair_through_its_forward_and_cop
     for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
         assert all(layer.forward.layer is layer for layer in other.model.layers)
         assert torch.equal(logits_of(other, IDS), want)
+
+
+def test_an_exported_layer_whose_forward_is_replaced_at_construction_takes_the_hook_path(work, llama, monkeypatch):
+    """A decoder layer whose ``forward`` is already an instance attribute when the model is built keeps it; it gets
+    its pair through a forward pre-hook, and the logits are those of the plain exported model."""
+    from transformers.models.llama import modeling_llama
+
+    from rope_adapter.standalone import modeling_mixin
+
+    folder = work / "batched"
+    if not folder.is_dir():
+        export_model(*llama, folder, verify=False)
+    want = logits_of(AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa"), IDS)
+    plain_init = modeling_llama.LlamaDecoderLayer.__init__
+
+    def init(self, *args, **kwargs):
+        plain_init(self, *args, **kwargs)
+        self.forward = functools.partial(type(self).forward, self)  # what a wrapping library leaves behind
+
+    monkeypatch.setattr(modeling_llama.LlamaDecoderLayer, "__init__", init)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+    for layer in model.model.layers:
+        assert isinstance(layer.__dict__["forward"], functools.partial)
+        assert any(isinstance(h, modeling_mixin.LayerRotary) for h in layer._forward_pre_hooks.values())
+    assert torch.equal(logits_of(model, IDS), want)
 
 
 def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, llama):
