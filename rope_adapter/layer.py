@@ -17,7 +17,7 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 from .architectures import rope_state
-from .tables import FactorPlan, LrsPositionEmbeddings, cached_plan, layer_tables
+from .tables import FactorPlan, LrsPositionEmbeddings, cached_plan, compiling, layer_tables
 
 
 def tracked(tensor: torch.Tensor) -> torch.Tensor:
@@ -170,7 +170,7 @@ class LrsRotaryLayer(nn.Module, BaseTunerLayer):
         :func:`tracked`: a cast or device move under inference mode makes one)."""
         stored = self.lrs_factors._buffers  # runs every forward: the dict itself, not BufferDict's lookups
         factors = stored[adapter_name]
-        if factors.is_inference():
+        if not compiling() and factors.is_inference():  # torch.compile cannot trace is_inference() (a graph break)
             factors = stored[adapter_name] = tracked(factors)
         return factors
 

@@ -3,6 +3,7 @@ bound, per layer beyond it, and never stale after the factors, the adapter, the 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import pytest
@@ -226,3 +227,18 @@ def test_generate_with_a_kv_cache_equals_generate_without_on_the_per_layer_path(
     kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
     cached = model.generate(**batch, **kwargs)
     assert torch.equal(cached, model.generate(**batch, use_cache=False, **kwargs))
+
+
+@pytest.mark.parametrize("made_in_inference_mode", [False, True], ids=["plain", "inference_mode"])
+def test_torch_compile_traces_the_adapter_model_in_one_graph(made_in_inference_mode):
+    """No graph break anywhere in the adapter's path (``fullgraph=True`` raises at the first one), whatever mode the
+    model was made in, and the compiled logits are the eager ones. Dynamo's ``eager`` backend: the tracing is what is
+    checked, not a compiler."""
+    base = tiny_model("llama", num_layers=len(FACTORS))
+    with torch.inference_mode() if made_in_inference_mode else contextlib.nullcontext():
+        model = adapted(base).base_model.model
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    with torch.no_grad():
+        assert torch.equal(compiled(IDS).logits, model(IDS).logits)
+    torch._dynamo.reset()

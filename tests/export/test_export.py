@@ -255,6 +255,19 @@ def test_an_exported_layer_whose_forward_is_replaced_at_construction_takes_the_h
     assert torch.equal(logits_of(model, IDS), want)
 
 
+def test_torch_compile_traces_an_exported_model_in_one_graph(work, llama):
+    """No graph break in an exported model's per-layer path (``fullgraph=True`` raises at the first one); the
+    compiled logits are the eager ones (Dynamo's ``eager`` backend: the tracing is what is checked)."""
+    folder = work / "batched"
+    if not folder.is_dir():
+        export_model(*llama, folder, verify=False)
+    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    assert torch.equal(logits_of(compiled, IDS), logits_of(model, IDS))
+    torch._dynamo.reset()
+
+
 def test_loads_without_remote_code_once_rope_adapter_export_is_imported(work, llama):
     base, adapter = llama
     result = export_model(base, adapter, work / "registered", verify=False)
