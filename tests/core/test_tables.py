@@ -9,7 +9,7 @@ import copy
 import pytest
 import torch
 from peft import get_peft_model
-from testkit.tiny_models import byte_tokenizer, capture_position_embeddings, tiny_model
+from testkit.tiny_models import ARCHITECTURES, byte_tokenizer, capture_position_embeddings, tiny_model
 
 import rope_adapter
 from rope_adapter import LrsConfig, tables
@@ -229,12 +229,15 @@ def test_generate_with_a_kv_cache_equals_generate_without_on_the_per_layer_path(
     assert torch.equal(cached, model.generate(**batch, use_cache=False, **kwargs))
 
 
-@pytest.mark.parametrize("made_in_inference_mode", [False, True], ids=["plain", "inference_mode"])
-def test_torch_compile_traces_the_adapter_model_in_one_graph(made_in_inference_mode):
-    """No graph break anywhere in the adapter's path (``fullgraph=True`` raises at the first one), whatever mode the
-    model was made in, and the compiled logits are the eager ones. Dynamo's ``eager`` backend: the tracing is what is
-    checked, not a compiler."""
-    base = tiny_model("llama", num_layers=len(FACTORS))
+@pytest.mark.parametrize(
+    ("arch", "made_in_inference_mode"),
+    [*((arch, False) for arch in ARCHITECTURES), ("llama", True)],
+)
+def test_torch_compile_traces_the_adapter_model_in_one_graph(arch, made_in_inference_mode):
+    """No graph break anywhere in the adapter's path (``fullgraph=True`` raises at the first one) on every tiny
+    architecture, whatever mode the model was made in, and the compiled logits are the eager ones. Dynamo's
+    ``eager`` backend: the tracing is what is checked, not a compiler."""
+    base = tiny_model(arch, num_layers=len(FACTORS))
     with torch.inference_mode() if made_in_inference_mode else contextlib.nullcontext():
         model = adapted(base).base_model.model
     torch._dynamo.reset()
