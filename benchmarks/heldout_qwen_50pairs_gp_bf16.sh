@@ -7,7 +7,7 @@
 #      greedy decoding on 20 others (seed 8), short-text perplexity, and the Lost in the Middle 75-pair file's first
 #      30 records (LITM, optional: the MIT data is not part of a clone);
 #   3. the paired comparisons by record (found - base, found - best uniform, best uniform - base) with t and
-#      bootstrap intervals (benchmarks/pair_eval_results.py), on the fresh records (seed 7; the greedy seed 8; both
+#      bootstrap intervals (rope-adapter compare), on the fresh records (seed 7; the greedy seed 8; both
 #      pooled) and on the LitM records;
 #   4. a float32 check: the study and the fresh, greedy and perplexity steps run in bfloat16 (about 4x faster on a
 #      CPU with AMX; benchmarks/results/dtype_agreement_qwen_50pairs/ found 158 of 160 verdicts equal). The float32
@@ -31,6 +31,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 RA=${RA:-.venv/bin/rope-adapter}
 py="$(dirname "$RA")/python"
+paired() { # paired OUT.md RESULTS... FLAGS: `rope-adapter compare`'s table in OUT.md and its JSON in OUT.json
+    local md=$1
+    shift
+    mkdir -p "$(dirname "$md")"
+    "$RA" compare "$@" >"$md"
+    "$RA" compare "$@" --json >"${md%.md}.json"
+}
 out=benchmarks/results/search_qwen_50pairs_gp_bf16
 # Step 1 is skipped when its outputs exist (committed in session 24 at 80 trials); REDO_OUTPUTS=1 redoes it. It is
 # the study's own command (benchmarks/results/search_qwen_50pairs_gp_bf16/README.md) with --trials 1 --timeout 1.
@@ -45,21 +52,17 @@ RA=$RA DTYPE=bfloat16 LITM_DTYPE=${LITM_DTYPE:-float32} GREEDY_RECORDS=20 LITM_R
     bash benchmarks/heldout_eval.sh "$out" qwen2.5-coder-0.5b-instruct 50 60 "${LITM:-}"
 uniform=$("$py" -c "import json,sys; print(json.load(open(sys.argv[1]))['baselines']['best_uniform']['uniform'])" \
     "$out/search_report.json")
-"$py" benchmarks/pair_eval_results.py "$out/heldout/fresh-seed7/results.json" \
-    --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
-    --out "$out/heldout/fresh-seed7/paired.md"
-"$py" benchmarks/pair_eval_results.py "$out/heldout/greedy-seed8/results.json" --metrics accuracy,tf_accuracy \
-    --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
-    --out "$out/heldout/greedy-seed8/paired.md"
+paired "$out/heldout/fresh-seed7/paired.md" "$out/heldout/fresh-seed7/results.json" \
+    --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base
+paired "$out/heldout/greedy-seed8/paired.md" "$out/heldout/greedy-seed8/results.json" --metrics accuracy,tf_accuracy \
+    --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base
 # both fresh seeds pooled (80 records), teacher-forced accuracy: an addition to the 60-record verdict above
-"$py" benchmarks/pair_eval_results.py "$out/heldout/fresh-seed7/results.json" "$out/heldout/greedy-seed8/results.json" \
-    --metrics tf_accuracy --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
-    --out "$out/heldout/fresh-pooled-seed7-8/paired.md"
+paired "$out/heldout/fresh-pooled-seed7-8/paired.md" "$out/heldout/fresh-seed7/results.json" "$out/heldout/greedy-seed8/results.json" \
+    --metrics tf_accuracy --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base
 litm_out="$out/heldout/litm-kv-retrieval-75_keys"
 if [ -f "$litm_out/results.json" ]; then
-    "$py" benchmarks/pair_eval_results.py "$litm_out/results.json" \
-        --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base \
-        --out "$litm_out/paired.md"
+    paired "$litm_out/paired.md" "$litm_out/results.json" \
+        --compare found base --compare found "uniform:$uniform" --compare "uniform:$uniform" base
 fi
 check="$out/heldout/fresh-seed7-float32-found"
 if [ -n "${REDO:-}" ] || [ ! -f "$check/results.json" ]; then
@@ -71,9 +74,8 @@ f32=benchmarks/results/search_qwen_50pairs/heldout/fresh-seed7/results.json
     --out "$out/heldout/float32-agreement-found"
 "$py" benchmarks/eval_agreement.py "$out/heldout/fresh-seed7/results.json" "$f32" \
     --out "$out/heldout/float32-agreement-baselines"
-"$py" benchmarks/pair_eval_results.py "$f32" "$check/results.json" \
-    --compare found base --compare found "uniform:$uniform" --compare found uniform:1.05 --compare uniform:1.05 base \
-    --out "$out/heldout/fresh-seed7-float32-pooled/paired.md"
+paired "$out/heldout/fresh-seed7-float32-pooled/paired.md" "$f32" "$check/results.json" \
+    --compare found base --compare found "uniform:$uniform" --compare found uniform:1.05 --compare uniform:1.05 base
 # 5. (session 26) found and uniform 1.05 in float32 on the 20 fresh records of seed 8, pooled with step 4's 20
 #    records of seed 7: found against 1.05, 40 records, one dtype.
 check8="$out/heldout/fresh-seed8-float32"
@@ -82,7 +84,7 @@ if [ -n "${REDO:-}" ] || [ ! -f "$check8/results.json" ]; then
         --variants "uniform:1.05,found=adapter:$out/adapter" --scores tf_accuracy,logprob \
         --dtype float32 --out "$check8" --no-progress
 fi
-"$py" benchmarks/pair_eval_results.py "$f32" "$check/results.json" "$check8/results.json" \
-    --compare found uniform:1.05 --out "$out/heldout/fresh-pooled-seed7-8-float32/paired.md"
+paired "$out/heldout/fresh-pooled-seed7-8-float32/paired.md" "$f32" "$check/results.json" "$check8/results.json" \
+    --compare found uniform:1.05
 "$py" benchmarks/eval_agreement.py "$out/heldout/greedy-seed8/results.json" "$check8/results.json" \
     --out "$out/heldout/float32-agreement-found-seed8"

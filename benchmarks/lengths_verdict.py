@@ -14,7 +14,7 @@ its confirmation or its held-out split):
 Teacher-forced accuracy (every answer token is the model's argmax: greedy decoding's verdict); each comparison is
 paired by record, with a 95 % t interval over records (``benchmarks/pooled_headline.py``'s exact pooling from
 per-set summaries) and, per set, the bootstrap interval and the differences by gold position
-(``benchmarks/pair_eval_results.py``). Every set that the design names must be there: a missing one is an error,
+(``rope-adapter compare``, :mod:`rope_adapter.evaluate.pooling`). Every set that the design names must be there: a missing one is an error,
 not a smaller pool, so that no set is dropped after it is seen.
 
     .venv/bin/python benchmarks/lengths_verdict.py benchmarks/results/search_qwen_lengths
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from rope_adapter.cli.demo import read_search_report
+from rope_adapter.evaluate import pooling as pairing
 from rope_adapter.evaluate.evaluation import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,6 @@ def _sibling(name: str) -> Any:
 
 
 headline = _sibling("pooled_headline")
-pairing = _sibling("pair_eval_results")
 
 
 def set_runs(verdict: Path, name: str) -> tuple[str, ...]:
@@ -102,7 +102,7 @@ def curves(study: Path, uniform: str, names: list[str]) -> tuple[Any, ...]:
 
 
 def _compare(pooled: Any, variant: str, reference: str, metric: str) -> dict[str, Any]:
-    """``pair_eval_results.compare`` with its gold positions as JSON keys."""
+    """``pooling.compare`` with its gold positions as JSON keys."""
     row = pairing.compare(pooled, variant, reference, metric)
     row["by_position"] = {str(p): v for p, v in row["by_position"].items()}
     return row

@@ -13,7 +13,7 @@ which every set has; a set run with greedy decoding also reports its real greedy
 comparison is paired by record (a record's mean over its gold positions, differenced), the rule of
 ``rope_adapter.scoring.paired``. Pooling from per-set summaries is exact: the pooled sum of squares is each
 set's within-set sum of squares plus ``n_i (mean_i - pooled mean)^2``, so the pooled t interval (df = records
-- 1) is the one ``benchmarks/pair_eval_results.py`` gives over the same records' raw samples
+- 1) is the one ``rope-adapter compare`` gives over the same records' raw samples
 (``tests/evaluate/test_pooled_headline.py`` checks both).
 
     .venv/bin/python benchmarks/pooled_headline.py   # -> benchmarks/results/pooled_headline/pooled_headline.{json,md}
@@ -33,6 +33,7 @@ import numpy as np
 from rope_adapter import files
 from rope_adapter.cli.demo import read_search_report
 from rope_adapter.evaluate.evaluation import load_results
+from rope_adapter.evaluate.pooling import load_runs
 from rope_adapter.scoring.intervals import difference_from_se
 from rope_adapter.scoring.numbers import fmt, fmt_interval
 from rope_adapter.search.lengths import KEY_BASE
@@ -93,7 +94,7 @@ def _eval_variant(curve: Curve, which: str) -> str:
 
 def summarise_runs(paths: list[Path], variant: str, reference: str, metric: str = METRIC) -> Summary:
     """``variant - reference`` paired by record over the samples both have in ``rope-adapter eval`` runs."""
-    pooled = _load_sibling("pair_eval_results").load_runs(paths)
+    pooled = load_runs(paths)
     a, b = pooled[variant], pooled[reference]
     keys = [k for k in sorted(set(a) & set(b)) if metric in a[k] and metric in b[k]]
     by_record: dict[str, tuple[list[float], list[float]]] = {}

@@ -14,7 +14,7 @@
 #
 # Each (set, variant) is one `rope-adapter eval` run (40 records at one length: 20-70 minutes on 2 cores) whose
 # results.json is skipped when it exists, and an interrupted run resumes after its last 8 records kept, so the script
-# resumes where it stopped; the runs of one set score the same records, and benchmarks/pair_eval_results.py pairs
+# resumes where it stopped; the runs of one set score the same records, and `rope-adapter compare` pairs
 # them by record. Environment: RA (the rope-adapter command;
 # default the clone's .venv), DTYPE (bfloat16, the study's), RECORDS (40), GREEDY_RECORDS (10), THREADS (2),
 # ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default all); for another study of the

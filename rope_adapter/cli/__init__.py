@@ -21,7 +21,7 @@ from rope_adapter.errors import MISSING_IMPORT_HINT, LrsError
 from rope_adapter.numbers import cli_int
 from rope_adapter.writable import blank_path_reason
 
-SUBCOMMANDS = ["info", "demo", "search", "export", "card", "push", "eval", "analyze"]
+SUBCOMMANDS = ["info", "demo", "search", "export", "card", "push", "eval", "analyze", "compare"]
 
 
 class CliError(LrsError):

@@ -1,7 +1,7 @@
 """`benchmarks/lengths_verdict.py` on the real outputs of a tiny search over two lengths and of `rope-adapter eval`
 runs laid out as `benchmarks/verdict_qwen_lengths.sh` writes them: each length pools the study's held-out split at
 that length with the fresh sets of that length, the last row pools every set, a set is paired as
-`pair_eval_results.py` pairs it, and a missing set stops the verdict instead of shrinking it."""
+`rope-adapter compare` pairs it, and a missing set stops the verdict instead of shrinking it."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from testkit.eval_runs import eval_runner, load_benchmark
 from testkit.litm_files import write_kv_file
 from testkit.searches import small
 
+from rope_adapter.evaluate import pooling as pairing
 from rope_adapter.search import run_search
 
 SETS = ["gen-2", "gen-3", "gen-4", "litm-3"]
@@ -75,9 +76,8 @@ def test_each_length_pools_its_held_out_split_and_fresh_sets(verdict):
     assert at_2["diff"] == pytest.approx(stored["diff"]) and at_2["records"] == stored["n_records"]
 
 
-def test_a_set_is_paired_as_pair_eval_results_pairs_it(verdict):
+def test_a_set_is_paired_as_rope_adapter_compare_pairs_it(verdict):
     module, study, _, uniform, data = verdict
-    pairing = load_benchmark("pair_eval_results")
     paths = [study / "verdict" / "gen-3" / v / "results.json" for v in module.VARIANTS]
     row = pairing.compare(pairing.load_runs(paths), "found", uniform, "tf_accuracy")
     mine = next(r for r in data["sets"] if r["set"] == "gen-3" and r["reference"] == uniform)

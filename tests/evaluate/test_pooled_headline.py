@@ -1,5 +1,5 @@
 """`benchmarks/pooled_headline.py`: pooling per-set summaries gives exactly the interval over all records'
-raw differences, it agrees with `benchmarks/pair_eval_results.py` on the committed Qwen runs, and the committed
+raw differences, it agrees with `rope-adapter compare` on the committed Qwen runs, and the committed
 headline files are what the script computes from the committed results."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from testkit.eval_runs import BENCHMARKS, load_benchmark
 
+from rope_adapter.evaluate import pooling as pairing
 from rope_adapter.scoring.intervals import paired_t_interval
 
 
@@ -35,13 +36,12 @@ def test_pooling_summaries_equals_the_interval_over_all_records(headline):
     assert apart["ci_high"] - apart["ci_low"] > 1.4 * (same["ci_high"] - same["ci_low"])
 
 
-def test_two_committed_eval_sets_pool_as_pair_eval_results_pools_their_samples(headline):
+def test_two_committed_eval_sets_pool_as_rope_adapter_compare_pools_their_samples(headline):
     root = BENCHMARKS.parent
     folder = root / "benchmarks/results/search_qwen_50pairs_gp_bf16/heldout"
     paths = [folder / "fresh-seed7/results.json", folder / "greedy-seed8/results.json"]
     parts = [headline.summarise_runs([p], "found", "uniform:1.1") for p in paths]
     pooled = headline.pool(parts).interval()
-    pairing = load_benchmark("pair_eval_results")
     row = pairing.compare(pairing.load_runs(paths), "found", "uniform:1.1", "tf_accuracy")
     assert pooled["records"] == row["records"] == 80
     assert pooled["diff"] == pytest.approx(row["mean"], abs=1e-12)

@@ -1,5 +1,5 @@
 """Real `rope-adapter eval` output on a tiny model, and the benchmark scripts that read it, for tests of those
-scripts (`benchmarks/pair_eval_results.py`, `benchmarks/eval_agreement.py`)."""
+scripts (`rope-adapter compare`, `benchmarks/eval_agreement.py`)."""
 
 from __future__ import annotations
 

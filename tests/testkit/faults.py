@@ -30,7 +30,7 @@ from pathlib import Path
 from testkit.properties import snapshot
 
 CHILD = Path(__file__).with_name("fault_child.py")
-COMMANDS = ("info", "card", "push", "analyze", "eval", "export", "search", "demo")
+COMMANDS = ("info", "card", "push", "analyze", "compare", "eval", "export", "search", "demo")
 """Every subcommand of `rope-adapter --help` (tests/cli/test_fault_matrix.py checks the list is complete)."""
 UMASKS = (0o077, 0o027)
 EXISTING = ("file", "folder", "symlink")
@@ -81,7 +81,8 @@ class Outcome:
 
 def make_inputs(folder: Path) -> Path:
     """A template sandbox: ``model/`` (a tiny 2-layer Llama and the byte tokenizer), ``adapter/`` (an LRS adapter
-    for it) and ``elsewhere/keep.txt`` (a folder only a symlink leads to). Copied for every run."""
+    for it), ``eval/`` (an `eval` run on it) and ``elsewhere/keep.txt`` (a folder only a symlink leads to). Copied
+    for every run."""
     from peft import get_peft_model
 
     from rope_adapter import LrsConfig
@@ -93,6 +94,20 @@ def make_inputs(folder: Path) -> Path:
     adapter.save_pretrained(folder / "adapter")
     (folder / "elsewhere").mkdir()
     (folder / "elsewhere" / "keep.txt").write_bytes(b"keep me\n")
+    from rope_adapter.evaluate import EvalSettings, run_eval
+
+    settings = EvalSettings.flat(
+        model=str(folder / "model"),
+        num_pairs=3,
+        num_positions=2,
+        num_samples=1,
+        variants="base,uniform:1.2",
+        device="cpu",
+        progress=False,
+        plot=False,
+        out=folder / "eval",
+    )
+    run_eval(settings, log=lambda s: None)
     return folder
 
 
@@ -107,6 +122,7 @@ def argv(cell: Cell, root: Path) -> list[str]:
         "info": ["info", adapter, "--json"],
         "card": ["card", adapter, "--out", out],
         "push": ["push", adapter, "--repo", "someone/lrs", "--dry-run"],
+        "compare": ["compare", str(root / "eval"), "--compare", "uniform:1.2", "base", "--json"],
         "analyze": ["analyze", "--model", model, "--what", "decay", "--max-distance", "64", "--out", out],
         "eval": ["eval", "--model", model, "--num-pairs", "3", "--num-positions", "2", "--num-samples", "1"]
         + ["--variants", "base,uniform:1.2", "--device", "cpu", "--no-progress", "--out", out],

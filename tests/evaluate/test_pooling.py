@@ -1,5 +1,6 @@
-"""`benchmarks/pair_eval_results.py` on what `rope-adapter eval` really writes: runs on the same samples are
-joined, runs on other seeds add records, and runs that cannot be pooled are refused."""
+"""Pooling `rope-adapter eval` runs (`rope-adapter compare`, :mod:`rope_adapter.evaluate.pooling`) on what
+`eval` really writes: runs on the same samples are joined, runs on other seeds add records, and runs that cannot be
+pooled are refused with one line."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from testkit.eval_runs import eval_runner, load_benchmark
+from testkit.eval_runs import eval_runner
 
-
-@pytest.fixture(scope="module")
-def pairing():
-    return load_benchmark("pair_eval_results")
+from rope_adapter.cli import main
+from rope_adapter.evaluate import pooling as pairing
+from rope_adapter.scoring.loading import EvalError
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def _by_record(paths: list[Path], variant: str, reference: str, metric: str) -> 
     return [float(np.mean(v)) for v in records.values()]
 
 
-def test_pooled_runs_count_each_record_once(pairing, runs):
+def test_pooled_runs_count_each_record_once(runs):
     paths = [runs["seed1"], runs["seed1-found"], runs["seed2"]]
     pooled = pairing.load_runs(paths)
     for metric in ("logprob", "accuracy"):
@@ -59,14 +59,47 @@ def test_pooled_runs_count_each_record_once(pairing, runs):
     assert "| logprob | found - base | 4 (kv-seed1, kv-seed2) |" in text
 
 
-def test_runs_that_cannot_be_pooled_are_refused(pairing, runs, tmp_path):
-    with pytest.raises(SystemExit, match="differ in .*task_settings"):
+def test_runs_that_cannot_be_pooled_are_refused(runs, tmp_path):
+    with pytest.raises(EvalError, match="differ in .*task_settings"):
         pairing.load_runs([runs["seed1"], runs["pairs4"]])
     changed = json.loads(runs["seed1"].read_text())
     changed["samples"][0]["logprob"] += 1.0
     copy = tmp_path / "results.json"
     copy.write_text(json.dumps(changed))
-    with pytest.raises(SystemExit, match="scored before with other values"):
+    with pytest.raises(EvalError, match="scored before with other values"):
         pairing.load_runs([runs["seed1"], copy])
-    with pytest.raises(SystemExit, match="no samples of variant 'nope'"):
+    with pytest.raises(EvalError, match="no samples of variant 'nope'"):
         pairing.compare(pairing.load_runs([runs["seed1"]]), "nope", "base", "logprob")
+
+
+def test_the_compare_command_prints_the_pooled_table_or_json_and_writes_nothing(runs, capsys):
+    folders = [runs["seed1"].parent, runs["seed1-found"].parent, runs["seed2"].parent]
+    before = sorted(p for f in folders for p in f.rglob("*"))
+    assert main(["compare", *map(str, folders), "--compare", "found", "base", "--metrics", "logprob"]) == 0
+    text = capsys.readouterr().out
+    assert "| logprob | found - base | 4 (kv-seed1, kv-seed2) |" in text
+    want = pairing.compare(pairing.load_runs(folders), "found", "base", "logprob")
+    assert main(["compare", *map(str, folders), "--compare", "found", "base", "--metrics", "logprob", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["mean"] == pytest.approx(want["mean"]) and row["records"] == 4
+    assert sorted(p for f in folders for p in f.rglob("*")) == before
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--compare", "nope", "base"], "no samples of variant 'nope'; the runs have base, uniform:1.5"),
+        (["--compare", "uniform:1.5", "base", "--metrics", "bleu"], "no common samples with 'bleu'"),
+        (["--compare", "uniform:1.5", "base", "--metrics", " , "], "names no metric"),
+    ],
+)
+def test_the_compare_command_refuses_with_one_line(runs, capsys, argv, message):
+    assert main(["compare", str(runs["seed1"]), *argv]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_the_compare_command_refuses_runs_that_cannot_be_pooled(runs, capsys):
+    assert main(["compare", str(runs["seed1"]), str(runs["pairs4"]), "--compare", "found", "base"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "differ in positions, task_settings" in err, err
