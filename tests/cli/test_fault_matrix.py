@@ -12,7 +12,7 @@ from testkit.faults import COMMANDS, Cell, Runner, make_inputs, run_cell, sample
 
 from rope_adapter.cli import SUBCOMMANDS
 
-FAST = ("info", "card", "push", "analyze", "export")
+FAST = ("info", "card", "push", "analyze", "compare", "export")
 """Commands whose runs take well under a second once the runner has imported the command line."""
 
 SEED = int(os.environ.get("ROPE_ADAPTER_FAULT_SEED", "32"))
