@@ -15,7 +15,7 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 from peft import get_peft_model
 from testkit.properties import SETTINGS
-from testkit.tiny_models import tiny_model
+from testkit.tiny_models import FreshLogits, tiny_model
 
 from rope_adapter import LrsConfig, count_layer_hooks
 from rope_adapter.layer import LrsRotaryLayer
@@ -41,15 +41,8 @@ steps = st.lists(
     max_size=10,
 )
 
-_expected: dict[tuple[float, ...], torch.Tensor] = {}
-
-
-def expected(factors: tuple[float, ...]) -> torch.Tensor:
-    if factors not in _expected:
-        model = get_peft_model(copy.deepcopy(BASE), LrsConfig(factors=list(factors)))
-        with torch.no_grad():
-            _expected[factors] = model(IDS).logits
-    return _expected[factors]
+expected = FreshLogits(BASE, IDS)
+"""The logits of a fresh adapter model with given factors (memoised)."""
 
 
 def assert_plain(model: torch.nn.Module) -> None:

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from peft import get_peft_model
 from testkit.properties import FEW
-from testkit.tiny_models import tiny_model
+from testkit.tiny_models import FreshLogits, tiny_model
 
 import rope_adapter
 from rope_adapter import LrsConfig, tables
@@ -41,16 +41,8 @@ steps = st.lists(
     max_size=8,
 )
 
-_expected: dict[tuple[float, ...], torch.Tensor] = {}
-
-
-def expected(factors: tuple[float, ...]) -> torch.Tensor:
-    """The logits of a fresh adapter model with ``factors`` (memoised: the property asks for few distinct ones)."""
-    if factors not in _expected:
-        model = get_peft_model(copy.deepcopy(BASE), LrsConfig(factors=list(factors)))
-        with torch.no_grad():
-            _expected[factors] = model(IDS).logits
-    return _expected[factors]
+expected = FreshLogits(BASE, IDS)
+"""The logits of a fresh adapter model with given factors (memoised)."""
 
 
 @FEW

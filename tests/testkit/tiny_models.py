@@ -152,3 +152,23 @@ def capture_position_embeddings(layers: torch.nn.ModuleList) -> Iterator[dict[in
     finally:
         for handle in handles:
             handle.remove()
+
+
+class FreshLogits:
+    """``fresh(factors)``: the logits on ``ids`` of a fresh adapter model on a copy of ``base`` with ``factors``,
+    memoised (property tests ask for few distinct factor tuples, many times)."""
+
+    def __init__(self, base: PreTrainedModel, ids: torch.Tensor) -> None:
+        self.base, self.ids = base, ids
+        self.seen: dict[tuple[float, ...], torch.Tensor] = {}
+
+    def __call__(self, factors: tuple[float, ...]) -> torch.Tensor:
+        if factors not in self.seen:
+            from peft import get_peft_model
+
+            from rope_adapter import LrsConfig
+
+            model = get_peft_model(copy.deepcopy(self.base), LrsConfig(factors=list(factors)))
+            with torch.no_grad():
+                self.seen[factors] = model(self.ids).logits
+        return self.seen[factors]
