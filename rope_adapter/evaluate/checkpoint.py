@@ -13,6 +13,8 @@ else the run starts afresh; it is removed once ``results.json`` is written.
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -67,19 +69,58 @@ def record_parts(task: TokenizedTask, batch_size: int) -> list[list[int]]:
     return [sorted(i for g in groups[j : j + per_part] for i in g) for j in range(0, len(groups), per_part)]
 
 
+def valid_parts(parts: Any, sizes: Sequence[int]) -> bool:
+    """Whether ``parts`` is a list of :class:`PartScores` as :meth:`Checkpoint.keep` writes them for parts of
+    ``sizes`` samples: the same metrics in every part, one finite number per sample, one answer per sample."""
+    if not isinstance(parts, list) or len(parts) > len(sizes):
+        return False
+    metrics: set[str] | None = None
+    for part, size in zip(parts, sizes, strict=False):
+        if not isinstance(part, dict) or set(part) != {"scores", "predictions", "seconds"}:
+            return False
+        scores, predictions, seconds = part["scores"], part["predictions"], part["seconds"]
+        if not isinstance(scores, dict) or not scores or (metrics is not None and set(scores) != metrics):
+            return False
+        metrics = set(scores)
+        for values in scores.values():
+            if not isinstance(values, list) or len(values) != size or not all(_finite(v) for v in values):
+                return False
+        if (
+            (predictions is None) != ("accuracy" not in scores)
+            or predictions is not None
+            and (
+                not isinstance(predictions, list)
+                or len(predictions) != size
+                or not all(isinstance(t, str) for t in predictions)
+            )
+        ):
+            return False
+        if not _finite(seconds) or seconds < 0:
+            return False
+    return True
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 class Checkpoint:
     """The finished parts of one run, kept in ``out``/:data:`PROGRESS_NAME`.
 
     Args:
         out: the run's ``--out`` folder (made by the first :meth:`keep` when missing).
         run: what identifies the run (:func:`digest` of it is compared with the file's).
-        parts: parts per variant.
+        sizes: samples per part, in order (``len(sizes)`` parts per variant).
+
+    A file of this run whose parts are not what this run writes (a damaged or hand-edited file) is stale too: it
+    is never read back into the results.
     """
 
-    def __init__(self, out: str | Path, run: Any, parts: int) -> None:
+    def __init__(self, out: str | Path, run: Any, sizes: Sequence[int]) -> None:
         self.path = Path(out).expanduser() / PROGRESS_NAME
         self.run = digest(run)
-        self.parts = parts
+        self.sizes = [int(n) for n in sizes]
+        self.parts = parts = len(self.sizes)
         self.variants: dict[str, list[PartScores]] = {}
         self.stale = False  # a progress file of another run (or unreadable) was found; it is replaced
         if self.path.is_file():
@@ -93,8 +134,9 @@ class Checkpoint:
                 and data.get("run") == self.run
                 and data.get("parts") == parts
                 and isinstance(data.get("variants"), dict)
+                and all(valid_parts(v, self.sizes) for v in data["variants"].values())
             ):
-                self.variants = {k: list(v) for k, v in data["variants"].items() if isinstance(v, list)}
+                self.variants = {k: list(v) for k, v in data["variants"].items()}
             else:
                 self.stale = True
 

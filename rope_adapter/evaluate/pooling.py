@@ -59,43 +59,73 @@ def _layout(data: ResultsFile) -> dict[str, JsonValue]:
     """What must agree between pooled runs: the model and the prompt layout, not the seed or record count."""
     settings = data.get("settings", {})
     task = {k: v for k, v in settings.get("task_settings", {}).items() if k not in ("seed", "num_records")}
-    return {
+    layout: dict[str, JsonValue] = {
         "task": data.get("task"),
         "model": settings.get("model"),
         "dtype": settings.get("dtype"),
         "chat_template": settings.get("chat_template"),
         "positions": data.get("positions"),
         "task_settings": task,
+        "logprob_tokens": settings.get("logprob_tokens"),
+    }
+    # what runs record since these were added: compared wherever both runs have it
+    for name in RECORDED_SINCE:
+        if name in settings:
+            layout[name] = settings[name]  # type: ignore[literal-required]
+    return layout
+
+
+RECORDED_SINCE = ("model_identity", "data_identity", "tokenizer", "system_prompt", "max_new_tokens_option")
+"""Settings of the layout that older results.json files lack: the weights and data by what they hold, the
+tokenizer, the system prompt and ``--max-new-tokens``. A run that has one is pooled only with runs that have the same
+or none."""
+
+
+def _variant_identity(data: ResultsFile) -> dict[str, JsonValue]:
+    """Each variant's name -> what it computes (its factors and RoPE settings, not its spec's paths)."""
+    return {
+        str(v["name"]): {"factors": v.get("factors"), "rope_parameters": v.get("rope_parameters")}
+        for v in data.get("variants", [])
     }
 
 
 def load_runs(paths: Sequence[str | os.PathLike[str]]) -> Pooled:
     """Every sample of the position sweeps ``paths`` (results.json files, or the folders holding them), checked to
-    be poolable; :class:`EvalError` naming the file when they are not."""
+    be poolable; :class:`EvalError` naming the file when they are not: another model, task, prompt layout or data,
+    a variant name that means other factors in another run, or a sample scored twice with other values."""
     if not paths:
         raise EvalError("no runs given: pass the results.json of one or more `rope-adapter eval` runs")
     pooled: Pooled = {}
-    first: dict[str, JsonValue] | None = None
+    first: dict[str, JsonValue] = {}
+    variants: dict[str, tuple[JsonValue, str | os.PathLike[str]]] = {}
     for path in paths:
         data = load_results(path)
         if data.get("kind") != "positions":
             raise EvalError(f"{path}: not a position sweep of `rope-adapter eval` (kind {data.get('kind')!r})")
         layout = _layout(data)
-        if first is None:
-            first = layout
-        elif layout != first:
-            diff = sorted(k for k in layout if layout[k] != first[k])
-            raise EvalError(f"{path}: cannot pool with {paths[0]}: they differ in {', '.join(diff)}")
+        diff = sorted(k for k in layout if k in first and layout[k] != first[k])
+        if diff:
+            raise EvalError(
+                f"{path}: cannot pool with the runs before it ({paths[0]}): they differ in {', '.join(diff)}"
+            )
+        first = {**layout, **first}
+        for name, identity in _variant_identity(data).items():
+            seen = variants.setdefault(name, (identity, path))
+            if seen[0] != identity:
+                raise EvalError(
+                    f"{path}: variant {name!r} has other factors or RoPE settings than in {seen[1]}; give one of "
+                    "them another name (`--variants NAME=SPEC`)"
+                )
         for s in data["samples"]:
             key = (str(s["record_id"]), int(s["position"]))
             # the metrics: numbers only (a greedy run's samples also hold the decoded text)
             values = {
                 k: float(v) for k, v in s.items() if k not in ("sample", "position") and isinstance(v, int | float)
             }
-            old = pooled.setdefault(s["variant"], {}).get(key)
-            if old is not None and old != values:
+            old = pooled.setdefault(s["variant"], {}).get(key, {})
+            if any(old[m] != v for m, v in values.items() if m in old):
                 raise EvalError(f"{path}: {s['variant']!r} at {key} was scored before with other values")
-            pooled[s["variant"]][key] = values
+            pooled[s["variant"]][key] = {**old, **values}
     return pooled
 
 

@@ -62,6 +62,12 @@ class RunSettings(TypedDict, total=False):
     held_out_after: int
     data_path: str  # length sweeps: the text
     stride: int | None
+    # position sweeps, what `rope-adapter compare` checks before pooling (older files lack them):
+    model_identity: JsonValue  # the weights by what they hold (rope_adapter.identity.model_identity)
+    data_identity: JsonValue  # the data file by name and sha256, when the records come from one
+    tokenizer: JsonValue  # --tokenizer by what it holds, or None (the model's own)
+    system_prompt: str | None
+    max_new_tokens_option: int | None  # --max-new-tokens as given (None: the longest answer + slack)
 
 
 class PromptTokens(TypedDict):

@@ -22,7 +22,7 @@ from rope_adapter import InvalidFactorsError, validate_factors
 from rope_adapter.composed import SettingsError, compose, count, field_of, fill_defaults, part, setting
 from rope_adapter.embedded.loading import resolve_model_path
 from rope_adapter.files import dumps_json
-from rope_adapter.identity import model_identity
+from rope_adapter.identity import file_identity, model_identity
 from rope_adapter.scoring.loading import EvalError, load_model_config, resolve_device
 from rope_adapter.scoring.metrics import METRICS
 from rope_adapter.scoring.settings_parts import DEFAULT_MODEL, TASK_GROUP, ModelSettings, TaskSettings
@@ -373,6 +373,15 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
         recorded["task_settings"] = {
             k: v for k, v in vars(made).items() if k != "tokenizer" and isinstance(v, str | int | float | list | None)
         }
+        # what pooling (`rope-adapter compare`) checks beside the layout: the weights, data and tokenizer by what
+        # they hold (no local path), the system prompt and --max-new-tokens
+        recorded["model_identity"] = identity_of_model = model_identity(str(path))
+        data_path = recorded["task_settings"].get("data_path")
+        if isinstance(data_path, str) and Path(data_path).expanduser().is_file():
+            recorded["data_identity"] = file_identity(Path(data_path).expanduser())
+        recorded["tokenizer"] = model_identity(str(resolve_model_path(model.tokenizer))) if model.tokenizer else None
+        recorded["system_prompt"] = s.system_prompt
+        recorded["max_new_tokens_option"] = s.max_new_tokens
         positions = sorted({x.position for x in samples})
         log(
             f"{task.name}: {len({x.record_id for x in samples})} records x {len(positions)} positions "
@@ -383,14 +392,16 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
     if not s.perplexity:  # finished parts of records are kept in --out: the same command resumes after them
         identity = {
             "settings": {k: v for k, v in recorded.items() if k != "command"},
-            "model": model_identity(str(path)),
+            "model": identity_of_model,
             "samples": samples_digest(prepared),
             "scores": [s.score_names, s.logprob_tokens, s.max_new_tokens, s.system_prompt, chat],
             "batching": [model.batch_size, model.max_batch_tokens],
         }
-        checkpoint = Checkpoint(s.out, identity, len(record_parts(prepared, model.batch_size)))
+        checkpoint = Checkpoint(s.out, identity, [len(p) for p in record_parts(prepared, model.batch_size)])
         if checkpoint.stale:
-            log(f"note: {checkpoint.path} is another run's progress (other settings or data): starting afresh")
+            log(
+                f"note: {checkpoint.path} is another run's progress (other settings or data) or damaged: starting afresh"
+            )
 
     # 4. the model
     log(f"loading {model.name} ({dtype}, {device})")

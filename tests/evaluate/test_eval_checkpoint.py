@@ -152,3 +152,65 @@ def test_parts_generate_up_to_the_whole_run_s_answer_length(model_dir, tmp_path,
     run_eval(_settings(model_dir, tmp_path / "parts", **over), log=lambda s: None)
     samples = [json.loads((tmp_path / d / "results.json").read_text())["samples"] for d in ("parts", "whole")]
     assert samples[0] == samples[1] and all("prediction" in row for row in samples[0])
+
+
+def _damages(part: dict) -> list[tuple[str, object]]:
+    """Every way of damaging one kept part at every place of it: (what, the damaged part)."""
+    import copy
+
+    out: list[tuple[str, object]] = [("the part null", None), ("the part a list", []), ("the part empty", {})]
+    for key in part:
+        for what, value in [("null", None), ("a string", "x"), ("missing", ...)]:
+            bad = copy.deepcopy(part)
+            if value is ...:
+                del bad[key]
+            else:
+                bad[key] = value
+            out.append((f"{key} {what}", bad))
+    out.append(("no metric", {**part, "scores": {}}))
+    for metric in part["scores"]:
+        for what, change in [
+            ("one value short", lambda v: v[:-1]),
+            ("one value more", lambda v: [*v, 0.0]),
+            ("a value null", lambda v: [None, *v[1:]]),
+            ("a value a string", lambda v: ["1.0", *v[1:]]),
+            ("a value a boolean", lambda v: [True, *v[1:]]),
+        ]:
+            out.append(
+                (f"{metric}: {what}", {**part, "scores": {**part["scores"], metric: change(part["scores"][metric])}})
+            )
+        rest = {m: v for m, v in part["scores"].items() if m != metric}
+        out.append((f"{metric} missing", {**part, "scores": rest}))
+    out.append(("one answer short", {**part, "predictions": part["predictions"][:-1]}))
+    out.append(("an answer a number", {**part, "predictions": [1, *part["predictions"][1:]]}))
+    out.append(("seconds negative", {**part, "seconds": -1.0}))
+    return out
+
+
+def test_a_damaged_progress_file_is_never_read_back(model_dir, tmp_path, small_parts, whole, monkeypatch):
+    """Every damage of every place of a kept part (found by walking the real file, not listed by hand) makes the
+    file stale: the run starts afresh with a note and gives the uninterrupted run's results, never a traceback."""
+    calls: list = []
+    _stop_at(monkeypatch, 4, calls)
+    with pytest.raises(Stop):
+        run_eval(_settings(model_dir, tmp_path), log=lambda s: None)
+    kept = json.loads((tmp_path / PROGRESS_NAME).read_text())
+    sizes = [4, 4, 2]  # 5 records x 2 positions in parts of 2 records
+    for parts in kept["variants"].values():
+        assert checkpoint_mod.valid_parts(parts, sizes)
+    key, parts = next((k, v) for k, v in kept["variants"].items() if len(v) == 3)
+    damages = _damages(parts[1])
+    assert len(damages) > 25
+    for what, bad in damages:
+        assert not checkpoint_mod.valid_parts([parts[0], bad, parts[2]], sizes), what
+    assert not checkpoint_mod.valid_parts([*parts, parts[0]], sizes)  # a part more than the run has
+    # end to end, two of them: the run starts afresh and its results are those of a run that never stopped
+    for what, bad in [damages[0], next(d for d in damages if d[0] == "logprob: one value short")]:
+        damaged = {**kept, "variants": {**kept["variants"], key: [parts[0], bad, parts[2]]}}
+        (tmp_path / PROGRESS_NAME).write_text(json.dumps(damaged))
+        calls.clear()
+        _stop_at(monkeypatch, None, calls)
+        lines: list[str] = []
+        run_eval(_settings(model_dir, tmp_path), log=lines.append)
+        assert len(calls) == 6 and "damaged: starting afresh" in "\n".join(lines), what
+        assert _table(tmp_path) == whole

@@ -103,3 +103,61 @@ def test_the_compare_command_refuses_runs_that_cannot_be_pooled(runs, capsys):
     assert main(["compare", str(runs["seed1"]), str(runs["pairs4"]), "--compare", "found", "base"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "differ in positions, task_settings" in err, err
+
+
+def test_runs_that_score_other_things_under_the_same_names_are_refused(tmp_path):
+    """What a run's names hide is checked: a variant name that means other factors, other weights under the same
+    model path, another data file of the same name, and settings that change a score."""
+    from testkit.litm_files import write_kv_file
+    from testkit.tiny_models import save_model_folder, tiny_model
+
+    run = eval_runner(tmp_path, num_samples=2)
+    a = run("a", "base,found=uniform:1.5", seed=1)
+    other_factors = run("b", "base,found=uniform:4.0", seed=2)
+    with pytest.raises(EvalError, match="variant 'found' has other factors"):
+        pairing.load_runs([a, other_factors])
+    # other weights saved where the first ones were: the same --model string, another model
+    model = tmp_path / "model"
+    before = run("before", "base", seed=3)
+    save_model_folder(tiny_model("llama", num_layers=2, seed=1), model)
+    after = run("after", "found=uniform:1.5", seed=3)
+    with pytest.raises(EvalError, match="differ in model_identity"):
+        pairing.load_runs([before, after])
+    # two data files named alike (record ids kv:N in both): other records, never paired
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    d1 = write_kv_file(tmp_path / "d1" / "kv.jsonl", num_records=4, num_pairs=3, seed=1)
+    d2 = write_kv_file(tmp_path / "d2" / "kv.jsonl", num_records=4, num_pairs=3, seed=2)
+    one = run("d1run", "base", data=str(d1), seed=0)
+    two = run("d2run", "found=uniform:1.5", data=str(d2), seed=0)
+    with pytest.raises(EvalError, match="differ in .*data_identity"):
+        pairing.load_runs([one, two])
+    # a score computed another way
+    short = run("short", "found=uniform:1.5", seed=3, logprob_tokens=1)
+    after_all = run("after-all", "base", seed=3)
+    with pytest.raises(EvalError, match="differ in logprob_tokens"):
+        pairing.load_runs([after_all, short])
+    prompt = run("prompt", "found=uniform:1.5", seed=3, system_prompt="Answer briefly.")
+    with pytest.raises(EvalError, match="differ in system_prompt"):
+        pairing.load_runs([after_all, prompt])
+
+
+def test_a_file_without_the_newer_settings_pools_with_one_that_has_them(runs, tmp_path):
+    """results.json files written before a setting was recorded pool with newer ones (the setting is compared where
+    both have it), and a variant scored with more metrics in one run than another is merged, not refused."""
+    old = json.loads(runs["seed1"].read_text())
+    for name in pairing.RECORDED_SINCE:
+        old["settings"].pop(name, None)
+    older = tmp_path / "older" / "results.json"
+    older.parent.mkdir()
+    older.write_text(json.dumps(old))
+    pooled = pairing.load_runs([older, runs["seed1-found"], runs["seed2"]])
+    assert pairing.compare(pooled, "found", "base", "logprob")["records"] == 4
+    fewer = json.loads(runs["seed1"].read_text())
+    for sample in fewer["samples"]:
+        sample.pop("accuracy")
+    path = tmp_path / "fewer" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(fewer))
+    merged = pairing.load_runs([path, runs["seed1"]])
+    assert all("accuracy" in v and "logprob" in v for v in merged["base"].values())
