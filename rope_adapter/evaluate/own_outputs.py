@@ -66,6 +66,6 @@ def check_own_outputs(out: str | Path, outputs: Sequence[str], wrote: Callable[[
     present = [n for n in outputs if (out / n).exists() or (out / n).is_symlink()]
     if present and not wrote(out):
         raise EvalError(
-            f"--out {out} holds {', '.join(present)}, which `rope-adapter {command}` did not write: it replaces only "
-            "its own outputs; choose another --out, or move those files away"
+            f"--out {out} holds {', '.join(present)}, which `rope-adapter {command}` did not write (or which no "
+            "longer say so: damaged): it replaces only its own outputs; choose another --out, or move those files away"
         )
