@@ -6,7 +6,8 @@ key-value retrieval: the scores are the same), and every finished part is kept i
 (written atomically). Run the same command again and the
 kept parts are read back instead of scored; a Ctrl-C, a kill or a stopped machine loses at most the part that was
 running. The file belongs to one run: it is used only when the run's identity (model by what it holds, dtype,
-device, task, every sample's tokens, scores and batching) and the variant's (its spec and factors) are the same,
+device, task, every sample's tokens, scores, batching and the releases of rope-adapter, torch, transformers and
+PEFT) and the variant's (its spec and factors) are the same,
 else the run starts afresh; it is removed once ``results.json`` is written.
 """
 

@@ -35,7 +35,7 @@ from . import evaluation as ev
 from .checkpoint import Checkpoint, record_parts, samples_digest
 from .extrapolation import default_extrapolation_variants, evaluate_lengths, length_windows, parse_lengths
 from .own_outputs import ANALYZE_OUTPUTS, EVAL_OUTPUTS, analyze_wrote, check_own_outputs, eval_wrote
-from .results import ResultsFile, RunSettings, SweepResults
+from .results import ResultsFile, RunSettings, SweepResults, environment
 
 SCORES_GROUP = "scores"
 PPL_GROUP = "extrapolation (--task perplexity)"
@@ -396,6 +396,10 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
             "samples": samples_digest(prepared),
             "scores": [s.score_names, s.logprob_tokens, s.max_new_tokens, s.system_prompt, chat],
             "batching": [model.batch_size, model.max_batch_tokens],
+            # parts scored by other releases are not joined (an upgrade may change a score)
+            "versions": {
+                k: v for k, v in environment().items() if k in ("rope_adapter", "torch", "transformers", "peft")
+            },
         }
         checkpoint = Checkpoint(s.out, identity, [len(p) for p in record_parts(prepared, model.batch_size)])
         if checkpoint.stale:

@@ -214,3 +214,18 @@ def test_a_damaged_progress_file_is_never_read_back(model_dir, tmp_path, small_p
         run_eval(_settings(model_dir, tmp_path), log=lines.append)
         assert len(calls) == 6 and "damaged: starting afresh" in "\n".join(lines), what
         assert _table(tmp_path) == whole
+
+
+def test_parts_kept_by_another_release_are_not_joined(model_dir, tmp_path, small_parts, monkeypatch):
+    import transformers
+
+    calls: list = []
+    _stop_at(monkeypatch, 4, calls)
+    with pytest.raises(Stop):
+        run_eval(_settings(model_dir, tmp_path), log=lambda s: None)
+    monkeypatch.setattr(transformers, "__version__", "0.0.1")  # an upgrade between the stop and the rerun
+    calls.clear()
+    _stop_at(monkeypatch, None, calls)
+    lines: list[str] = []
+    run_eval(_settings(model_dir, tmp_path), log=lines.append)
+    assert len(calls) == 6 and "another run's progress" in "\n".join(lines)
