@@ -14,13 +14,13 @@ else the run starts afresh; it is removed once ``results.json`` is written.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
 from rope_adapter import files
 from rope_adapter.records import read_json
+from rope_adapter.scoring.results_table import finite
 from rope_adapter.scoring.shared_prefix import TokenizedTask
 
 PROGRESS_NAME = "eval_progress.json"
@@ -84,7 +84,7 @@ def valid_parts(parts: Any, sizes: Sequence[int]) -> bool:
             return False
         metrics = set(scores)
         for values in scores.values():
-            if not isinstance(values, list) or len(values) != size or not all(_finite(v) for v in values):
+            if not isinstance(values, list) or len(values) != size or not all(finite(v) is not None for v in values):
                 return False
         if (
             (predictions is None) != ("accuracy" not in scores)
@@ -96,13 +96,9 @@ def valid_parts(parts: Any, sizes: Sequence[int]) -> bool:
             )
         ):
             return False
-        if not _finite(seconds) or seconds < 0:
+        if finite(seconds) is None or seconds < 0:
             return False
     return True
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 class Checkpoint:
@@ -121,7 +117,7 @@ class Checkpoint:
         self.path = Path(out).expanduser() / PROGRESS_NAME
         self.run = digest(run)
         self.sizes = [int(n) for n in sizes]
-        self.parts = parts = len(self.sizes)
+        self.parts = len(self.sizes)
         self.variants: dict[str, list[PartScores]] = {}
         self.stale = False  # a progress file of another run (or unreadable) was found; it is replaced
         if self.path.is_file():
@@ -133,7 +129,7 @@ class Checkpoint:
                 isinstance(data, dict)
                 and data.get("written_by") == PROGRESS_STAMP
                 and data.get("run") == self.run
-                and data.get("parts") == parts
+                and data.get("parts") == self.parts
                 and isinstance(data.get("variants"), dict)
                 and all(valid_parts(v, self.sizes) for v in data["variants"].values())
             ):

@@ -96,19 +96,19 @@ def load_runs(paths: Sequence[str | os.PathLike[str]]) -> Pooled:
     if not paths:
         raise EvalError("no runs given: pass the results.json of one or more `rope-adapter eval` runs")
     pooled: Pooled = {}
-    first: dict[str, JsonValue] = {}
+    agreed: dict[str, JsonValue] = {}  # the layout of the runs read so far (each setting as the first run with it)
     variants: dict[str, tuple[JsonValue, str | os.PathLike[str]]] = {}
     for path in paths:
         data = load_results(path)
         if data.get("kind") != "positions":
             raise EvalError(f"{path}: not a position sweep of `rope-adapter eval` (kind {data.get('kind')!r})")
         layout = _layout(data)
-        diff = sorted(k for k in layout if k in first and layout[k] != first[k])
+        diff = sorted(k for k in layout if k in agreed and layout[k] != agreed[k])
         if diff:
             raise EvalError(
                 f"{path}: cannot pool with the runs before it ({paths[0]}): they differ in {', '.join(diff)}"
             )
-        first = {**layout, **first}
+        agreed = {**layout, **agreed}
         for name, identity in _variant_identity(data).items():
             seen = variants.setdefault(name, (identity, path))
             if seen[0] != identity:

@@ -375,10 +375,9 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
         }
         # what pooling (`rope-adapter compare`) checks beside the layout: the weights, data and tokenizer by what
         # they hold (no local path), the system prompt and --max-new-tokens
-        recorded["model_identity"] = identity_of_model = model_identity(str(path))
-        data_path = recorded["task_settings"].get("data_path")
-        if isinstance(data_path, str) and Path(data_path).expanduser().is_file():
-            recorded["data_identity"] = file_identity(Path(data_path).expanduser())
+        recorded["model_identity"] = model_identity(str(path))
+        if task.data:
+            recorded["data_identity"] = file_identity(Path(task.data).expanduser())
         recorded["tokenizer"] = model_identity(str(resolve_model_path(model.tokenizer))) if model.tokenizer else None
         recorded["system_prompt"] = s.system_prompt
         recorded["max_new_tokens_option"] = s.max_new_tokens
@@ -391,8 +390,7 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
     checkpoint = None
     if not s.perplexity:  # finished parts of records are kept in --out: the same command resumes after them
         identity = {
-            "settings": {k: v for k, v in recorded.items() if k != "command"},
-            "model": identity_of_model,
+            "settings": {k: v for k, v in recorded.items() if k != "command"},  # the model by what it holds too
             "samples": samples_digest(prepared),
             "scores": [s.score_names, s.logprob_tokens, s.max_new_tokens, s.system_prompt, chat],
             "batching": [model.batch_size, model.max_batch_tokens],
