@@ -1,5 +1,6 @@
 """What a model or a data file holds, named without its local path: a study's fingerprint and an interrupted
-``eval`` run recognise the same model on any machine, and another model under the same path as another.
+``eval`` run recognise the same model on any machine, and another model under the same path as another; a Hub
+model by the commit its name points to, so that a repository updated between two runs is another model.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ class FolderIdentity(TypedDict):
     weights: str | None  # weights_fingerprint
 
 
+class HubIdentity(TypedDict):
+    """A Hub model as a fingerprint names it (see :func:`model_identity`)."""
+
+    hub: str  # the repository id
+    revision: str  # the commit its default branch pointed to
+
+
 def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
     """A file as its name and sha256 (its folder left out)."""
     p = Path(path)
@@ -40,9 +48,11 @@ def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
     return {"name": p.name, "sha256": digest.hexdigest()}
 
 
-def model_identity(name: str) -> FolderIdentity | str:
-    """How the model is named in a study's settings: local folders by folder name + config.json hash (so that
-    machines with other paths to the same model can share a study), anything else by its name."""
+def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
+    """How the model is named in a study's settings: local folders by folder name + config.json hash + weights
+    fingerprint (so that machines with other paths to the same model can share a study), an embedded model by its
+    name, a Hub id by the commit it resolves to (:func:`hub_commit`), anything else (a Hub id that cannot be resolved:
+    no network and no cached copy) by its name."""
     path = Path(name).expanduser()
     embedded = find_embedded(name)
     if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
@@ -54,7 +64,22 @@ def model_identity(name: str) -> FolderIdentity | str:
             "config": file_identity(config)["sha256"] if config.is_file() else None,
             "weights": weights_fingerprint(path),
         }
-    return name
+    commit = hub_commit(name)
+    return name if commit is None else {"hub": name, "revision": commit}
+
+
+def hub_commit(name: str) -> str | None:
+    """The commit that Hub id ``name``'s default branch points to, as transformers resolves it before it loads the
+    model (from the local cache when offline); None when it cannot be resolved (no such repository, no network and
+    no cached copy), in which case loading reports the problem."""
+    if Path(name).expanduser().exists():
+        return None
+    try:
+        from transformers.utils.hub import resolve_revision
+    except ImportError:  # a transformers without it: the name alone, as before
+        return None
+    resolved = getattr(resolve_revision(name), "resolved", None)
+    return resolved if isinstance(resolved, str) else None
 
 
 def weights_fingerprint(folder: Path) -> str | None:

@@ -10,7 +10,7 @@ import json
 from typing import Any, TypedDict
 
 from rope_adapter.files import dumps_json
-from rope_adapter.identity import FileIdentity, FolderIdentity, file_identity, model_identity
+from rope_adapter.identity import FileIdentity, FolderIdentity, HubIdentity, file_identity, model_identity
 from rope_adapter.json_types import JsonObject
 
 from .racing import stage_ends
@@ -52,8 +52,8 @@ class StudyFingerprint(TypedDict):
     may lack ``space.endpoint_margin`` and ``sampler`` (:func:`read_stored_fingerprint` fills them)."""
 
     version: int
-    model: FolderIdentity | str
-    tokenizer: FolderIdentity | str | None
+    model: FolderIdentity | HubIdentity | str
+    tokenizer: FolderIdentity | HubIdentity | str | None
     dtype: str
     task: str
     data: FileIdentity | None
@@ -140,14 +140,20 @@ def _named_sampler(settings: SearchSettings) -> str:
     return settings.study.sampler
 
 
-def read_stored_fingerprint(stored: Any) -> Any:
+def read_stored_fingerprint(stored: Any, current: Any = None) -> Any:
     """A fingerprint as a study stored it, with the values a study made before ``endpoint_margin`` existed (its end
     ys were widened) or before the sampler was a setting (NSGA-II) was made with; committed studies of both kinds
-    resume with these."""
+    resume with these. A Hub model stored by its name only (before its commit was recorded) is taken as the
+    ``current`` fingerprint's commit of that name, so such a study resumes too."""
     if isinstance(stored, dict) and isinstance(stored.get("space"), dict) and "endpoint_margin" not in stored["space"]:
         stored = {**stored, "space": {**stored["space"], "endpoint_margin": True}}
     if isinstance(stored, dict) and "sampler" not in stored:
         stored = {**stored, "sampler": LEGACY_SAMPLER}
+    if isinstance(stored, dict) and isinstance(current, dict):
+        for key in ("model", "tokenizer"):
+            now = current.get(key)
+            if isinstance(now, dict) and set(now) == {"hub", "revision"} and stored.get(key) == now["hub"]:
+                stored = {**stored, key: now}
     return stored
 
 

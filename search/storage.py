@@ -74,7 +74,7 @@ def check_existing_study(storage: Any, name: str, fingerprint: StudyFingerprint)
             "or interrupted while being created); choose another --study, or delete it with "
             f"`optuna delete-study --study-name {name} --storage URL`"
         )
-    diff = fingerprint_differences(read_stored_fingerprint(stored), fingerprint)
+    diff = fingerprint_differences(read_stored_fingerprint(stored, fingerprint), fingerprint)
     if diff:
         hint = ""
         if any(d.startswith("space.endpoint_margin") for d in diff):
@@ -86,6 +86,11 @@ def check_existing_study(storage: Any, name: str, fingerprint: StudyFingerprint)
             hint += (
                 " (the model folder has the same name and config but other weights than the study's: its trials "
                 "scored another model)"
+            )
+        if any(d.startswith(("model.revision", "tokenizer.revision")) for d in diff):
+            hint += (
+                " (the Hub repository's default branch points to another commit than when the study started: its "
+                "trials scored the earlier weights; start a new --study for the new ones)"
             )
         if any(d.startswith("num_positions") for d in diff):
             hint += (

@@ -47,7 +47,7 @@ def copy_trials(settings: SearchSettings, source_storage: str, source_study: str
         source = optuna.load_study(
             study_name=source_study, storage=open_storage(source_storage, settings.study.heartbeat)
         )
-        stored = read_stored_fingerprint(source.user_attrs.get(SETTINGS_ATTR))
+        stored = read_stored_fingerprint(source.user_attrs.get(SETTINGS_ATTR), fingerprint)
         if stored is None:
             raise SearchError(f"study {source_study!r} holds no rope-adapter search settings: nothing to copy from")
         diff = [d for d in fingerprint_differences(stored, fingerprint) if not d.startswith(MAY_DIFFER)]

@@ -81,6 +81,20 @@ tokenizer, the system prompt and ``--max-new-tokens``. A run that has one is poo
 or none."""
 
 
+def _is_hub(value: JsonValue) -> bool:
+    """A Hub model's recorded identity: its name and commit (:class:`rope_adapter.identity.HubIdentity`)."""
+    return isinstance(value, dict) and set(value) == {"hub", "revision"}
+
+
+def _same_setting(a: JsonValue, b: JsonValue) -> bool:
+    """Equal settings; a Hub model recorded by its name only (before its commit was recorded) matches the same
+    model recorded with its commit."""
+    for named, full in ((a, b), (b, a)):
+        if isinstance(named, str) and _is_hub(full):
+            return named == full["hub"]  # type: ignore[index]
+    return a == b
+
+
 def _variant_identity(data: ResultsFile) -> dict[str, JsonValue]:
     """Each variant's name -> what it computes (its factors and RoPE settings, not its spec's paths)."""
     return {
@@ -103,12 +117,13 @@ def load_runs(paths: Sequence[str | os.PathLike[str]]) -> Pooled:
         if data.get("kind") != "positions":
             raise EvalError(f"{path}: not a position sweep of `rope-adapter eval` (kind {data.get('kind')!r})")
         layout = _layout(data)
-        diff = sorted(k for k in layout if k in agreed and layout[k] != agreed[k])
+        diff = sorted(k for k in layout if k in agreed and not _same_setting(layout[k], agreed[k]))
         if diff:
             raise EvalError(
                 f"{path}: cannot pool with the runs before it ({paths[0]}): they differ in {', '.join(diff)}"
             )
-        agreed = {**layout, **agreed}
+        # each setting as the first run with it, a Hub model's commit wherever one run recorded it
+        agreed = {k: layout[k] if _is_hub(layout.get(k)) else v for k, v in {**layout, **agreed}.items()}
         for name, identity in _variant_identity(data).items():
             seen = variants.setdefault(name, (identity, path))
             if seen[0] != identity:

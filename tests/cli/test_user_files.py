@@ -227,6 +227,32 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
         storage_mod.check_existing_study(storage, "lrs-search", now)
 
 
+def test_a_study_of_a_hub_model_resumed_after_the_repository_moved_is_refused(tmp_path, monkeypatch):
+    """The same Hub id at another commit is another model (was: named by the id alone, its trials mixed); a study
+    that recorded the id alone (made before commits were recorded) still resumes."""
+    from testkit.hub_cache import HubCache
+
+    from rope_adapter.search import storage as storage_mod
+    from rope_adapter.search.fingerprint import study_fingerprint
+    from rope_adapter.search.storage_url import open_storage
+
+    hub = HubCache(tmp_path / "hf-cache", "org/tiny-llama", monkeypatch)
+    first = hub.publish(save_model_folder(tiny_model("llama", num_layers=4, seed=0), tmp_path / "m0"), "a" * 40)
+    settings = small(tmp_path, hub.repo, trials=1, holdout_records=1, sampler="gp")
+    made = study_fingerprint(settings, "float32")
+    assert made["model"] == {"hub": hub.repo, "revision": first}
+    storage = open_storage(settings.storage_url())
+    storage_mod.create_or_load_study(storage, "lrs-search", ["maximize"], made, settings.space.bezier(), [])
+    named = {**made, "model": hub.repo}  # as a study recorded a Hub model before commits were recorded
+    storage_mod.create_or_load_study(storage, "named", ["maximize"], named, settings.space.bezier(), [])
+    assert storage_mod.check_existing_study(storage, "named", made)
+    hub.publish(save_model_folder(tiny_model("llama", num_layers=4, seed=1), tmp_path / "m1"), "b" * 40)
+    now = study_fingerprint(settings, "float32")
+    assert now["model"] == {"hub": hub.repo, "revision": "b" * 40}
+    with pytest.raises(SearchError, match=r"model.revision: .*points to another commit"):
+        storage_mod.check_existing_study(storage, "lrs-search", now)
+
+
 @pytest.mark.parametrize(
     ("recorded", "expected"),
     [("Qwen/Qwen2.5-Coder-0.5B-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct"), ("/root/.cache/x/model", None)],

@@ -161,3 +161,31 @@ def test_a_file_without_the_newer_settings_pools_with_one_that_has_them(runs, tm
     path.write_text(json.dumps(fewer))
     merged = pairing.load_runs([path, runs["seed1"]])
     assert all("accuracy" in v and "logprob" in v for v in merged["base"].values())
+
+
+def test_a_hub_model_is_named_by_its_commit(tmp_path, monkeypatch):
+    """A Hub repository updated between two runs holds another model under the same name (was: pooled, and an
+    interrupted run resumed, as one model): eval records the commit the name resolved to; a run recorded before
+    commits were (by the name only) still pools with the same model's runs."""
+    from testkit.hub_cache import HubCache
+    from testkit.tiny_models import save_model_folder, tiny_model
+
+    hub = HubCache(tmp_path / "hf-cache", "org/tiny-llama", monkeypatch)
+    first = hub.publish(save_model_folder(tiny_model("llama", num_layers=2, seed=0), tmp_path / "m0"), "a" * 40)
+    run = eval_runner(tmp_path, num_samples=2, model=hub.repo)
+    before = run("before", "base", seed=1)
+    assert json.loads(before.read_text())["settings"]["model_identity"] == {"hub": hub.repo, "revision": first}
+    hub.publish(save_model_folder(tiny_model("llama", num_layers=2, seed=1), tmp_path / "m1"), "b" * 40)
+    after = run("after", "found=uniform:1.5", seed=1)
+    with pytest.raises(EvalError, match="differ in model_identity"):
+        pairing.load_runs([before, after])
+    named = json.loads(after.read_text())
+    named["settings"]["model_identity"] = hub.repo  # as a run recorded it before commits were recorded
+    older = tmp_path / "older" / "results.json"
+    older.parent.mkdir()
+    older.write_text(json.dumps(named))
+    pooled = pairing.load_runs([older, after])
+    assert set(pooled) == {"found"}
+    for order in ([before, older, after], [older, before, after]):  # the name alone is not every commit
+        with pytest.raises(EvalError, match="differ in model_identity"):
+            pairing.load_runs(order)
