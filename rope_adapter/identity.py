@@ -23,12 +23,17 @@ class FileIdentity(TypedDict):
     sha256: str
 
 
-class FolderIdentity(TypedDict):
-    """A local model folder as a fingerprint names it (see :func:`model_identity`)."""
-
+class _Folder(TypedDict):
     folder: str  # the folder's name
     config: str | None  # sha256 of its config.json
     weights: str | None  # weights_fingerprint
+
+
+class FolderIdentity(_Folder, total=False):
+    """A local model folder as a fingerprint names it (see :func:`model_identity`); identities recorded before
+    ``files`` was lack it."""
+
+    files: str | None  # other_files_fingerprint
 
 
 class HubIdentity(TypedDict):
@@ -49,8 +54,8 @@ def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
 
 
 def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
-    """How the model is named in a study's settings: local folders by folder name + config.json hash + weights
-    fingerprint (so that machines with other paths to the same model can share a study), an embedded model by its
+    """How the model is named in a study's settings: local folders by folder name, config.json hash, weights
+    fingerprint and a hash of the other files that change a score (tokenizer, chat template; so that machines with other paths to the same model can share a study), an embedded model by its
     name, a Hub id by the commit it resolves to (:func:`hub_commit`), anything else (a Hub id that cannot be resolved:
     no network and no cached copy) by its name."""
     path = Path(name).expanduser()
@@ -63,9 +68,21 @@ def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
             "folder": path.name,
             "config": file_identity(config)["sha256"] if config.is_file() else None,
             "weights": weights_fingerprint(path),
+            "files": other_files_fingerprint(path),
         }
     commit = hub_commit(name)
     return name if commit is None else {"hub": name, "revision": commit}
+
+
+def is_older_form(older: object, newer: object) -> bool:
+    """``older`` is how an earlier release recorded the model that ``newer`` (a :func:`model_identity`) names: a Hub
+    model by its name alone (before its commit was recorded), a model folder without ``files``. Records of both
+    kinds are compared on what they record, so that studies and runs made before still resume and pool."""
+    if isinstance(older, str) and isinstance(newer, dict) and set(newer) == {"hub", "revision"}:
+        return older == newer["hub"]
+    if isinstance(older, dict) and isinstance(newer, dict) and "folder" in older and "files" not in older:
+        return "files" in newer and older == {k: v for k, v in newer.items() if k != "files"}
+    return False
 
 
 def hub_commit(name: str) -> str | None:
@@ -82,11 +99,37 @@ def hub_commit(name: str) -> str | None:
     return resolved if isinstance(resolved, str) else None
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+NOT_SCORED_SUFFIXES = (*WEIGHT_SUFFIXES, ".gguf", ".pt", ".pth", ".ckpt", ".md")
+"""Files of a model folder that :func:`other_files_fingerprint` leaves out: weights (:func:`weights_fingerprint`
+names them) and Markdown (a model card changes no score)."""
+
+
+def other_files_fingerprint(folder: Path) -> str | None:
+    """sha256 over the name and sha256 of every other top-level file of a model folder than its config.json, its
+    weights, Markdown and hidden files: the tokenizer and its chat template, the generation config and any remote
+    code, which change the prompts or the model as much as its weights do. None when there is none."""
+    files = sorted(
+        p
+        for p in folder.iterdir()
+        if p.is_file()
+        and not p.name.startswith(".")
+        and p.name != "config.json"
+        and not p.name.endswith(NOT_SCORED_SUFFIXES)
+    )
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}:{file_identity(file)['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
 def weights_fingerprint(folder: Path) -> str | None:
     """A cheap fingerprint of a model folder's weights: sha256 over each ``*.safetensors`` / ``*.bin`` file's name,
     size, header and :data:`WEIGHT_SAMPLES` evenly spaced 64 KiB chunks (other weights of the same architecture
     differ there; reading a few MB instead of gigabytes). None when the folder has no weights file."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin"))
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     if not files:
         return None
     digest = hashlib.sha256()

@@ -10,7 +10,14 @@ import json
 from typing import Any, TypedDict
 
 from rope_adapter.files import dumps_json
-from rope_adapter.identity import FileIdentity, FolderIdentity, HubIdentity, file_identity, model_identity
+from rope_adapter.identity import (
+    FileIdentity,
+    FolderIdentity,
+    HubIdentity,
+    file_identity,
+    is_older_form,
+    model_identity,
+)
 from rope_adapter.json_types import JsonObject
 
 from .racing import stage_ends
@@ -143,17 +150,17 @@ def _named_sampler(settings: SearchSettings) -> str:
 def read_stored_fingerprint(stored: Any, current: Any = None) -> Any:
     """A fingerprint as a study stored it, with the values a study made before ``endpoint_margin`` existed (its end
     ys were widened) or before the sampler was a setting (NSGA-II) was made with; committed studies of both kinds
-    resume with these. A Hub model stored by its name only (before its commit was recorded) is taken as the
-    ``current`` fingerprint's commit of that name, so such a study resumes too."""
+    resume with these. A model identity stored in an older form is completed from the ``current`` fingerprint's
+    (a Hub model by its name alone: the commit; a model folder without ``files``: those), so such a study resumes
+    too."""
     if isinstance(stored, dict) and isinstance(stored.get("space"), dict) and "endpoint_margin" not in stored["space"]:
         stored = {**stored, "space": {**stored["space"], "endpoint_margin": True}}
     if isinstance(stored, dict) and "sampler" not in stored:
         stored = {**stored, "sampler": LEGACY_SAMPLER}
     if isinstance(stored, dict) and isinstance(current, dict):
         for key in ("model", "tokenizer"):
-            now = current.get(key)
-            if isinstance(now, dict) and set(now) == {"hub", "revision"} and stored.get(key) == now["hub"]:
-                stored = {**stored, key: now}
+            if is_older_form(stored.get(key), current.get(key)):
+                stored = {**stored, key: current[key]}
     return stored
 
 

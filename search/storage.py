@@ -87,6 +87,11 @@ def check_existing_study(storage: Any, name: str, fingerprint: StudyFingerprint)
                 " (the model folder has the same name and config but other weights than the study's: its trials "
                 "scored another model)"
             )
+        if any(d.startswith(("model.files", "tokenizer.files")) for d in diff):
+            hint += (
+                " (the model folder's tokenizer, chat template, generation config or code differ from the study's: "
+                "its trials scored other prompts or another model)"
+            )
         if any(d.startswith(("model.revision", "tokenizer.revision")) for d in diff):
             hint += (
                 " (the Hub repository's default branch points to another commit than when the study started: its "

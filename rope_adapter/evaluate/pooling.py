@@ -21,6 +21,7 @@ from typing import TypedDict
 
 import numpy as np
 
+from rope_adapter.identity import is_older_form
 from rope_adapter.json_types import JsonValue
 from rope_adapter.scoring.loading import EvalError
 from rope_adapter.scoring.numbers import fmt, fmt_interval
@@ -81,18 +82,14 @@ tokenizer, the system prompt and ``--max-new-tokens``. A run that has one is poo
 or none."""
 
 
-def _is_hub(value: JsonValue) -> bool:
-    """A Hub model's recorded identity: its name and commit (:class:`rope_adapter.identity.HubIdentity`)."""
-    return isinstance(value, dict) and set(value) == {"hub", "revision"}
-
-
 def _same_setting(a: JsonValue, b: JsonValue) -> bool:
-    """Equal settings; a Hub model recorded by its name only (before its commit was recorded) matches the same
-    model recorded with its commit."""
-    for named, full in ((a, b), (b, a)):
-        if isinstance(named, str) and _is_hub(full):
-            return named == full["hub"]  # type: ignore[index]
-    return a == b
+    """Equal settings, or a model identity and its older form (compared on what both record)."""
+    return a == b or is_older_form(a, b) or is_older_form(b, a)
+
+
+def _fuller(a: JsonValue, b: JsonValue) -> JsonValue:
+    """Of two settings that agree, the one that records more (a model identity rather than its older form)."""
+    return b if is_older_form(a, b) else a
 
 
 def _variant_identity(data: ResultsFile) -> dict[str, JsonValue]:
@@ -122,8 +119,8 @@ def load_runs(paths: Sequence[str | os.PathLike[str]]) -> Pooled:
             raise EvalError(
                 f"{path}: cannot pool with the runs before it ({paths[0]}): they differ in {', '.join(diff)}"
             )
-        # each setting as the first run with it, a Hub model's commit wherever one run recorded it
-        agreed = {k: layout[k] if _is_hub(layout.get(k)) else v for k, v in {**layout, **agreed}.items()}
+        # each setting as the first run with it, a model identity in its fullest form
+        agreed = {k: _fuller(v, layout[k]) if k in layout else v for k, v in {**layout, **agreed}.items()}
         for name, identity in _variant_identity(data).items():
             seen = variants.setdefault(name, (identity, path))
             if seen[0] != identity:

@@ -209,7 +209,7 @@ def test_analyze_refuses_values_it_would_replace_or_cannot_hold(tmp_path, capsys
 
 
 def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_path):
-    """Same folder name, same config, other weights: the trials would mix two models (issue 18)."""
+    """Same folder name, same config, other weights (or another chat template): the trials would mix two models."""
     from rope_adapter.search import storage as storage_mod
     from rope_adapter.search.fingerprint import study_fingerprint
     from rope_adapter.search.storage_url import open_storage
@@ -225,6 +225,16 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
     assert now["model"]["config"] == first["model"]["config"] and now["model"]["weights"] != first["model"]["weights"]
     with pytest.raises(SearchError, match=r"model.weights: .*other weights than the study's"):
         storage_mod.check_existing_study(storage, "lrs-search", now)
+    # another chat template in the folder is other prompts; a study that recorded the folder before its other
+    # files were (no "files") resumes
+    storage_mod.create_or_load_study(storage, "current", ["maximize"], now, settings.space.bezier(), [])
+    (folder / "chat_template.jinja").write_text("{{ messages }}")
+    templated = study_fingerprint(settings, "float32")
+    with pytest.raises(SearchError, match=r"model.files: .*chat template"):
+        storage_mod.check_existing_study(storage, "current", templated)
+    older = {**now, "model": {k: v for k, v in now["model"].items() if k != "files"}}
+    storage_mod.create_or_load_study(storage, "older", ["maximize"], older, settings.space.bezier(), [])
+    assert storage_mod.check_existing_study(storage, "older", templated)
 
 
 def test_a_study_of_a_hub_model_resumed_after_the_repository_moved_is_refused(tmp_path, monkeypatch):

@@ -123,6 +123,11 @@ def test_runs_that_score_other_things_under_the_same_names_are_refused(tmp_path)
     after = run("after", "found=uniform:1.5", seed=3)
     with pytest.raises(EvalError, match="differ in model_identity"):
         pairing.load_runs([before, after])
+    # the same weights with another chat template in the folder: other prompts
+    (model / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    templated = run("templated", "found=uniform:1.5", seed=3)
+    with pytest.raises(EvalError, match="differ in model_identity"):
+        pairing.load_runs([after, templated])
     # two data files named alike (record ids kv:N in both): other records, never paired
     (tmp_path / "d1").mkdir()
     (tmp_path / "d2").mkdir()
@@ -153,6 +158,15 @@ def test_a_file_without_the_newer_settings_pools_with_one_that_has_them(runs, tm
     older.write_text(json.dumps(old))
     pooled = pairing.load_runs([older, runs["seed1-found"], runs["seed2"]])
     assert pairing.compare(pooled, "found", "base", "logprob")["records"] == 4
+    # a model folder recorded before its other files were (no "files"): the same model, either order
+    before_files = json.loads(runs["seed1"].read_text())
+    assert "files" in before_files["settings"]["model_identity"]
+    before_files["settings"]["model_identity"].pop("files")
+    path = tmp_path / "before-files" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(before_files))
+    for order in ([path, runs["seed1-found"], runs["seed2"]], [runs["seed2"], path, runs["seed1-found"]]):
+        assert pairing.compare(pairing.load_runs(order), "found", "base", "logprob")["records"] == 4
     fewer = json.loads(runs["seed1"].read_text())
     for sample in fewer["samples"]:
         sample.pop("accuracy")
