@@ -54,10 +54,11 @@ def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
 
 
 def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
-    """How the model is named in a study's settings: local folders by folder name, config.json hash, weights
-    fingerprint and a hash of the other files that change a score (tokenizer, chat template; so that machines with other paths to the same model can share a study), an embedded model by its
-    name, a Hub id by the commit it resolves to (:func:`hub_commit`), anything else (a Hub id that cannot be resolved:
-    no network and no cached copy) by its name."""
+    """How the model is named in a study's settings: a local folder by its name, its config.json's sha256, a weights
+    fingerprint and a hash of the other files that change a score (tokenizer, chat template, generation config,
+    code), so that machines with other paths to the same model share a study; an embedded model by its name; a Hub
+    id by the commit it resolves to (:func:`hub_commit`); anything else (a Hub id that cannot be resolved: no
+    network and no cached copy) by its name."""
     path = Path(name).expanduser()
     embedded = find_embedded(name)
     if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
@@ -101,8 +102,9 @@ def hub_commit(name: str) -> str | None:
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 NOT_SCORED_SUFFIXES = (*WEIGHT_SUFFIXES, ".gguf", ".pt", ".pth", ".ckpt", ".md")
-"""Files of a model folder that :func:`other_files_fingerprint` leaves out: weights (:func:`weights_fingerprint`
-names them) and Markdown (a model card changes no score)."""
+"""Files of a model folder that :func:`other_files_fingerprint` leaves out: the weights transformers loads
+(:func:`weights_fingerprint` names them), other binary checkpoints it does not load (a trainer's optimizer and RNG
+states) and Markdown (a model card changes no score)."""
 
 
 def other_files_fingerprint(folder: Path) -> str | None:
