@@ -69,24 +69,32 @@ def _length(name: str) -> tuple[str, int]:
     return kind, int(n)
 
 
-def curves(study: Path, uniform: str, names: list[str]) -> tuple[Any, ...]:
-    """One Curve per length and one over every set, as ``pooled_headline`` pools them. A length's sets: the
-    study's held-out split at that length (a searched one), ``gen-<pairs>`` and ``litm-<keys>`` of equal count."""
+def _named(path: Path, root: Path) -> str:
+    """``path`` as a result file names it: relative to the repository root when under it (no local path)."""
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def curves(study: Path, uniform: str, names: list[str], root: Path = ROOT) -> tuple[Any, ...]:
+    """One Curve per length and one over every set, as ``pooled_headline`` pools them (``study`` absolute; its
+    files named relative to ``root`` when under it). A length's sets: the study's held-out split at that length (a
+    searched one), ``gen-<pairs>`` and ``litm-<keys>`` of equal count."""
     HeldOutSet, Curve = headline.HeldOutSet, headline.Curve
     report_path = study / "search_report.json"
     report = read_search_report(report_path)
+    report_name = _named(report_path, root)
     dtype, model = str(report["settings"]["dtype"]), str(report["model"]["name"])
     pairs = report["task"]["pairs"]
     searched = [int(p) for p in (pairs if isinstance(pairs, list) else [pairs])]
     rows: dict[int, list[Any]] = {}
     for n in searched:
-        split = HeldOutSet(f"the study's held-out split at {n} pairs", dtype, report=str(report_path), length=n)
+        split = HeldOutSet(f"the study's held-out split at {n} pairs", dtype, report=report_name, length=n)
         rows.setdefault(n, []).append(split)
-    every = [HeldOutSet("the study's held-out split, every searched length", dtype, report=str(report_path))]
+    every = [HeldOutSet("the study's held-out split, every searched length", dtype, report=report_name)]
     for name in names:
         kind, n = _length(name)
         label = f"fresh records, seed 31, {n} pairs" if kind == "gen" else f"Lost in the Middle {n}-key file"
-        rows.setdefault(n, []).append(HeldOutSet(label, dtype, runs=set_runs(study / "verdict", name)))
+        runs = tuple(_named(Path(p), root) for p in set_runs(study / "verdict", name))
+        rows.setdefault(n, []).append(HeldOutSet(label, dtype, runs=runs))
         every.append(rows[n][-1])
     out = [
         Curve(

@@ -324,13 +324,33 @@ CURVES = (
 )
 
 
+LENGTHS_STUDIES: tuple[str, ...] = ()
+"""Studies over several record lengths (under ``benchmarks/results/``) whose verdict joins the headline: every set
+its design names (``lengths_verdict.DESIGN_SETS``) and its own held-out split, per length and over every set. A
+study joins once all of its verdict's sets are scored (a missing set stops this script), not before."""
+
+
+def lengths_curves(study: str, sets: list[str] | None = None, root: Path = ROOT) -> tuple[Curve, ...]:
+    """The curves of a study over several lengths, as ``benchmarks/lengths_verdict.py`` pools them (``sets``:
+    its verdict's sets, by default ``lengths_verdict.DESIGN_SETS``)."""
+    verdict = _load_sibling("lengths_verdict")
+    folder = root / RESULTS / study
+    uniform = read_search_report(folder / "search_report.json")["baselines"]["best_uniform"]["uniform"]
+    return verdict.curves(folder, f"uniform:{uniform:g}", sets or list(verdict.DESIGN_SETS), root)
+
+
+def all_curves(root: Path = ROOT) -> tuple[Curve, ...]:
+    """Every curve of the headline: :data:`CURVES` and those of :data:`LENGTHS_STUDIES`."""
+    return (*CURVES, *(c for study in LENGTHS_STUDIES for c in lengths_curves(study, root)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--out", type=Path, default=RESULTS / "pooled_headline", help="result folder (its Markdown and JSON)"
     )
     args = parser.parse_args()
-    results = [evaluate_curve(c) for c in CURVES]
+    results = [evaluate_curve(c) for c in all_curves()]
     text = markdown(results)
     print(text)
     out = args.out if args.out.is_absolute() else ROOT / args.out

@@ -107,3 +107,19 @@ def test_a_missing_set_stops_the_verdict(verdict):
     with pytest.raises(SystemExit, match=r"set 'gen-5' is incomplete: missing .*gen-5/base/results.json"):
         module.main([str(study), "--sets", "gen-2", "gen-5", "--out", str(study / "elsewhere")])
     assert not (study / "elsewhere").exists()
+
+
+def test_the_headline_pools_a_study_as_its_verdict_does_and_names_no_local_path(verdict, tmp_path):
+    """``pooled_headline.lengths_curves`` (how a study over several lengths joins the README's headline) gives the
+    verdict's pooled rows, and its files are named relative to the repository root."""
+    module, study, _, _, data = verdict
+    root = tmp_path / "repo"
+    (root / "benchmarks" / "results").mkdir(parents=True)
+    (root / "benchmarks" / "results" / "tiny-lengths").symlink_to(study)
+    headline = load_benchmark("pooled_headline")
+    curves = headline.lengths_curves("tiny-lengths", SETS, root)
+    named = [f for c in curves for s in c.sets for f in (s.runs or (s.report,))]
+    assert named and all(f.startswith("benchmarks/results/tiny-lengths/") for f in named), named
+    fresh = json.loads(json.dumps([headline.evaluate_curve(c, root) for c in curves]))
+    assert [c["pooled"] for c in fresh] == [c["pooled"] for c in data["pooled"]]
+    assert [c["length"] for c in fresh] == [c["length"] for c in data["pooled"]]
