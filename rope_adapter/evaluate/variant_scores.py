@@ -136,6 +136,12 @@ def score_variant(
                 checkpoint.keep(key, part)
             if bar is not None:
                 bar.update(records[j])
+            elif log is not None and not single:  # no bar (--no-progress, a log file): one line a part
+                done_records = sum(records[: j + 1])
+                log(
+                    f"    {name}: {done_records} of {sum(records)} records scored "
+                    f"(part {j + 1} of {len(plan.parts)}: {part['seconds']:.0f} s)"
+                )
     finally:
         if bar is not None:
             bar.close()

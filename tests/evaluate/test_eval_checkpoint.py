@@ -96,6 +96,10 @@ def test_a_stop_at_any_part_resumes_there_with_the_same_results(
     assert _table(tmp_path) == whole
     assert (f"parts kept in {PROGRESS_NAME}" in "\n".join(lines)) == (stop > 0)
     assert not (tmp_path / PROGRESS_NAME).exists()
+    # without a progress bar, one line a part scored, counting the records kept before too
+    scored = [line for line in lines if "records scored" in line]
+    assert len(scored) == 6 - stop
+    assert sum("5 of 5 records scored (part 3 of 3" in line for line in scored) == (2 if stop < 3 else 1)
 
 
 def test_progress_of_another_run_is_not_used(model_dir, tmp_path, small_parts, monkeypatch):
