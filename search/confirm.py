@@ -16,19 +16,18 @@ finishes, so a search stopped inside a candidate resumes at its first part not k
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from rope_adapter.scoring.logprobs import position_means
 
 from .kept_scores import kept_or_computed_in_parts
 from .objective import ObjectiveSpec
+from .part_progress import PartProgress
 from .report_types import Confirmation, ConfirmedCandidate, TrialRecord
 from .selection import select_key, trial_record
 
@@ -114,12 +113,10 @@ def run_confirmation(
     confirmed: list[ConfirmedCandidate] = []
     chosen: dict[str, int | None] = {}
     pools = candidates(records, spec, settings.objective.select, settings.confirm_top)
-    bar = tqdm(
-        total=sum(len(pool) for pool in pools.values()) * (1 if pieces is None else len(pieces)),
-        desc="confirmation records",
-        unit="part",
-        disable=not settings.progress,
-        file=sys.stderr,
+    bar = PartProgress(
+        sum(len(pool) for pool in pools.values()) * (1 if pieces is None else len(pieces)),
+        "confirmation records",
+        settings.progress,
     )
     for group, pool in pools.items():
         best: tuple[tuple[float, ...], int] | None = None

@@ -7,14 +7,12 @@ Statistics are paired (every configuration is scored on the same samples), see :
 from __future__ import annotations
 
 import math
-import sys
 import time
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -27,6 +25,7 @@ from .holdout_store import AttributeStore, holdout_key, stored_or_scored
 from .k_selection import select_k
 from .lengths import length_mask, study_lengths
 from .objective import answer_score
+from .part_progress import PartProgress
 from .report_types import Holdout, HoldoutConfig, HoldoutDifferences, KSelectionSummary, SearchReport
 
 
@@ -56,13 +55,7 @@ def add_holdout(report: SearchReport, worker: Worker, store: AttributeStore | No
     parts = worker.holdout_parts or [task]  # the same samples a few records at a time, each part kept as it finishes
     greedy_too = settings.holdout_accuracy and task.generate_groups is not None and worker.task.supports_generation
     distinct = {tuple(round(float(f), 9) for f in factors) for factors in configs.values()}
-    bar = tqdm(
-        total=len(distinct) * len(parts) * (2 if greedy_too else 1),
-        desc="held-out records",
-        unit="part",
-        disable=not settings.progress,
-        file=sys.stderr,
-    )
+    bar = PartProgress(len(distinct) * len(parts) * (2 if greedy_too else 1), "held-out records", settings.progress)
     positions = task.positions
     ids = [s.record_id for s in task.samples]
     records = len(set(ids))

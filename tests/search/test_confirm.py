@@ -5,6 +5,7 @@ again. Tiny random model; the records are generated or a small Lost-in-the-Middl
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from testkit.litm_files import write_kv_file
 from testkit.searches import small
 
-from rope_adapter.search import SearchError, run_search
+from rope_adapter.search import SearchError, part_progress, run_search
 from rope_adapter.search import study as study_mod
 from rope_adapter.search.confirm import candidates, run_confirmation
 from rope_adapter.search.data import load_confirmation, load_split
@@ -109,9 +110,12 @@ def test_confirmation_chooses_on_its_own_records_and_resumes_without_rescoring(s
     assert again["found"] == confirmation["found"] and again["best_uniform"] == confirmation["best_uniform"]
 
 
-def test_confirmation_scores_with_the_model(searched):
-    """Without a stand-in: candidates scored by the worker on the confirmation records, stored in the study."""
+def test_confirmation_scores_with_the_model(searched, caplog):
+    """Without a stand-in: candidates scored by the worker on the confirmation records, stored in the study; without
+    a progress bar, one log line per part."""
+    caplog.set_level(logging.INFO, logger=part_progress.logger.name)
     settings, first = searched
+    assert not settings.progress
     confirmed = settings.updated(confirm_top=2, confirm_records=3)
     worker = study_mod.make_worker(confirmed, 0)
     assert len({s.record_id for s in worker.confirm.samples}) == 3
@@ -126,6 +130,9 @@ def test_confirmation_scores_with_the_model(searched):
     assert got == pytest.approx({str(p): v for p, v in expected.items()}, abs=1e-6)  # stored to 6 decimals
     stored = optuna.load_study(study_name=settings.study.name, storage=settings.storage_url()).user_attrs
     assert f"confirmation:3:{top['searched'][0]['number']}" in stored
+    lines = [r.getMessage() for r in caplog.records if r.name == part_progress.logger.name]
+    parts = len(confirmation["candidates"]) * len(worker.confirm_parts or [worker.confirm])
+    assert len(lines) == parts and lines[-1].startswith(f"confirmation records: {parts} of {parts} parts scored")
 
 
 def test_a_confirmation_stopped_inside_a_candidate_resumes_at_its_next_part(searched, monkeypatch):
