@@ -246,12 +246,14 @@ def complete_trials(study: Any) -> list[Any]:
 
 
 class TrialProgress:
-    """A tqdm bar over finished trials with the best scores so far (feasible, evaluated trials)."""
+    """A tqdm bar over finished trials with the best scores so far (feasible, evaluated trials); with the bar off, a
+    log line per finished trial."""
 
     def __init__(self, enabled: bool, total: int | None, done: int, names: Sequence[str]) -> None:
         self.bar = tqdm(
             total=total, initial=done, desc="search trials", unit="trial", disable=not enabled, file=sys.stderr
         )
+        self.enabled, self.total = enabled, total
         self.names = list(names)
 
     def __call__(self, study: Any, trial: Any) -> None:
@@ -270,6 +272,11 @@ class TrialProgress:
         postfix["evaluated"] = evaluated
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.refresh()
+        if not self.enabled:  # no bar (--no-progress, a log file): a line per finished trial
+            of = "" if self.total is None else f" of {self.total}"
+            logger.info(
+                "search trials: %d%s finished (%s)", len(trials), of, ", ".join(f"{k} {v}" for k, v in postfix.items())
+            )
 
     def close(self) -> None:
         self.bar.close()

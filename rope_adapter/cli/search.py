@@ -17,7 +17,7 @@ from rope_adapter.cli import CliInterrupted, IntListAction, output_path, parse_c
 from rope_adapter.cli.settings_flags import FlagOptions, add_settings_flags, settings_values
 from rope_adapter.files import dumps_json
 from rope_adapter.scoring.loading import bfloat16_hint
-from rope_adapter.search import SearchSettings, part_progress, run_search
+from rope_adapter.search import SearchSettings, run_search
 from rope_adapter.search.interrupts import interrupts_outside_storage
 
 EPILOG = """\
@@ -155,10 +155,14 @@ def _interrupts_in_one_line() -> Iterator[None]:
         logger.removeFilter(log_filter)
 
 
+SEARCH_LOGGER = SearchSettings.__module__.rsplit(".", 1)[0]
+"""The search package's logger (``rope_adapter.search``): progress lines without a bar, warnings."""
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     logging.basicConfig(format="%(message)s")  # root stays at WARNING; the lines of --no-progress at INFO
-    part_progress.logger.setLevel(logging.INFO)
+    logging.getLogger(SEARCH_LOGGER).setLevel(logging.INFO)
     with _interrupts_in_one_line():
         result = run_search(settings)
     if (hint := bfloat16_hint(settings.model.dtype, settings.model.device)) is not None:
