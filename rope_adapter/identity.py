@@ -90,10 +90,8 @@ def hub_commit(name: str) -> str | None:
     """The commit that Hub id ``name``'s default branch points to, as transformers resolves it before it loads the
     model (from the local cache when offline); None when it cannot be resolved (no such repository, no network and
     no cached copy), in which case loading reports the problem."""
-    if Path(name).expanduser().exists():
-        return None
     try:
-        from transformers.utils.hub import resolve_revision
+        from transformers.utils.hub import resolve_revision  # a local path: returned as is, no commit
     except ImportError:  # a transformers without it: the name alone, as before
         return None
     resolved = getattr(resolve_revision(name), "resolved", None)

@@ -61,6 +61,41 @@ def _wait_for_settings(study: Any, seconds: float = 30.0) -> JsonValue:
         time.sleep(0.5)
 
 
+DIFFERENCE_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("space.endpoint_margin",),
+        "a study made before the first and last control ys were kept within [s_min, s_max] resumes with "
+        "--endpoint-margin",
+    ),
+    (
+        ("model.weights", "tokenizer.weights"),
+        "the model folder has the same name and config but other weights than the study's: its trials scored "
+        "another model",
+    ),
+    (
+        ("model.files", "tokenizer.files"),
+        "the model folder's tokenizer, chat template, generation config or code differ from the study's: its trials "
+        "scored other prompts or another model",
+    ),
+    (
+        ("model.revision", "tokenizer.revision"),
+        "the Hub repository's default branch points to another commit than when the study started: its trials "
+        "scored the earlier weights; start a new --study for the new ones",
+    ),
+    (
+        ("num_positions",),
+        "kv_retrieval now scores 25 gold positions per record by default, or every position of a shorter record; a "
+        "study made with the earlier default resumes with --num-positions 5",
+    ),
+    (
+        ("sampler",),
+        "the sampler is part of a study: resume it with the sampler it was made with; to go on with another "
+        "sampler, start a new --study and copy the old trials in with rope_adapter.search.copy_trials",
+    ),
+)
+"""(fingerprint entries, what to tell the user) for a resumed study whose settings differ in those entries."""
+
+
 def check_existing_study(storage: Any, name: str, fingerprint: StudyFingerprint) -> bool:
     """True when the study exists (with equal settings); :class:`SearchError` when it exists with others."""
     try:
@@ -76,37 +111,7 @@ def check_existing_study(storage: Any, name: str, fingerprint: StudyFingerprint)
         )
     diff = fingerprint_differences(read_stored_fingerprint(stored, fingerprint), fingerprint)
     if diff:
-        hint = ""
-        if any(d.startswith("space.endpoint_margin") for d in diff):
-            hint = (
-                " (a study made before the first and last control ys were kept within [s_min, s_max] resumes with "
-                "--endpoint-margin)"
-            )
-        if any(d.startswith(("model.weights", "tokenizer.weights")) for d in diff):
-            hint += (
-                " (the model folder has the same name and config but other weights than the study's: its trials "
-                "scored another model)"
-            )
-        if any(d.startswith(("model.files", "tokenizer.files")) for d in diff):
-            hint += (
-                " (the model folder's tokenizer, chat template, generation config or code differ from the study's: "
-                "its trials scored other prompts or another model)"
-            )
-        if any(d.startswith(("model.revision", "tokenizer.revision")) for d in diff):
-            hint += (
-                " (the Hub repository's default branch points to another commit than when the study started: its "
-                "trials scored the earlier weights; start a new --study for the new ones)"
-            )
-        if any(d.startswith("num_positions") for d in diff):
-            hint += (
-                " (kv_retrieval now scores 25 gold positions per record by default, or every position of a shorter "
-                "record; a study made with the earlier default resumes with --num-positions 5)"
-            )
-        if any(d.startswith("sampler") for d in diff):
-            hint += (
-                " (the sampler is part of a study: resume it with the sampler it was made with; to go on with another "
-                "sampler, start a new --study and copy the old trials in with rope_adapter.search.copy_trials)"
-            )
+        hint = "".join(f" ({text})" for prefixes, text in DIFFERENCE_HINTS if any(d.startswith(prefixes) for d in diff))
         raise SearchError(
             f"study {name!r} exists with other settings ({'; '.join(diff)}); resume it with the same settings, "
             f"or start a new one with another --study (or --out){hint}"
