@@ -152,7 +152,7 @@ def _weights_files(folder: Path) -> list[Path]:
 def weights_sha256(folder: Path) -> str | None:
     """sha256 over the name and sha256 of each ``*.safetensors`` / ``*.bin`` file of a model folder: every byte of
     the weights, so that a change in any tensor (a merged LoRA on a few projections) is another model. None when the
-    folder has no weights file. Reads the weights once (about a second per GB), before they are loaded."""
+    folder has no weights file. Reads the weights once (2-3 s per GB on one CPU core), before they are loaded."""
     files = _weights_files(folder)
     if not files:
         return None
