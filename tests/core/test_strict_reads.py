@@ -142,7 +142,7 @@ def test_readers_that_recognise_their_own_files_do_not_take_a_file_with_nan(tmp_
     [("a=1.5", 1.5), ("a=[1, 2]", [1, 2]), ("a=NaN", "NaN"), ("a=[1, Infinity]", "[1, Infinity]"), ("a=x", "x")],
 )
 def test_json_typed_on_the_command_line_refuses_nan(text, value):
-    """``--task-options KEY=VALUE``: VALUE is JSON when it is strict JSON, else the text itself (which the task
+    """``--task-option KEY=VALUE``: VALUE is JSON when it is strict JSON, else the text itself (which the task
     then refuses, naming the option, where it wants a number)."""
     from rope_adapter.cli.settings_flags import key_value
 
