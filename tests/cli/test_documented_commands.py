@@ -6,6 +6,9 @@ named alone in a code span is a flag of some subcommand, or one of another tool 
 from __future__ import annotations
 
 import argparse
+import ast
+import importlib
+import inspect
 import re
 import shlex
 from collections.abc import Iterator
@@ -142,3 +145,87 @@ serve it (an error message), and `model = load()   # rope-adapter not needed` is
 def test_the_other_tools_flags_are_still_named_where_they_are_allowed():
     texts = "\n".join(p.read_text() for p in _documents())
     assert all(f"`{flag}" in texts for flag in OTHER_TOOLS), "an allowed flag the documentation no longer shows"
+
+
+def _python_blocks() -> Iterator[tuple[Path, str]]:
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for block in re.finditer(r"^```python\n(.*?)^```", path.read_text(), re.M | re.S):
+            yield path, block.group(1)
+
+
+def _resolve(dotted: str) -> object:
+    """The object a dotted name of ours names (a module, then attributes); AttributeError when there is none."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part)
+        return obj
+    raise AttributeError(dotted)
+
+
+def python_problems(code: str) -> list[str]:
+    """What in a documented Python block does not match the code: a syntax error, a name imported from or reached
+    through ``rope_adapter`` that does not exist, a keyword argument that a function of ours does not take."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return [f"not Python: {exc}"]
+    ours: dict[str, object] = {}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rope_adapter":
+            for alias in node.names:
+                try:
+                    ours[alias.asname or alias.name] = _resolve(f"{node.module}.{alias.name}")
+                except AttributeError:
+                    found.append(f"from {node.module} import {alias.name}: no such name")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node).startswith("rope_adapter."):
+            dotted = ast.unparse(node)
+            try:
+                ours.setdefault(dotted, _resolve(dotted))
+            except AttributeError:
+                found.append(f"{dotted}: no such name")
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in ours and callable(ours[ast.unparse(node.func)]):
+            try:
+                params = inspect.signature(ours[ast.unparse(node.func)]).parameters  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                continue
+            found += [
+                f"{ast.unparse(node.func)}({k.arg}=...): no such argument"
+                for k in node.keywords
+                if k.arg is not None and k.arg not in params
+            ]
+    return found
+
+
+def test_every_documented_python_block_matches_the_api():
+    blocks = list(_python_blocks())
+    assert len(blocks) >= 10
+    found = [f"{path.relative_to(ROOT)}: {line}" for path, code in blocks for line in python_problems(code)]
+    assert not found, "the documentation shows Python the API does not take:\n" + "\n".join(found)
+
+
+def test_the_python_scan_finds_each_kind_of_mistake():
+    wrong = (
+        "import rope_adapter\n"
+        "from rope_adapter import LrsConfig, LrsConfg\n"
+        "cfg = LrsConfig(factor=[1.0])\n"
+        "rope_adapter.set_factor(model, 1.1)\n"
+        "if True print(1)\n"
+    )
+    assert python_problems(wrong)[0].startswith("not Python")
+    wrong = wrong.replace("if True print(1)\n", "")
+    assert sorted(python_problems(wrong)) == [
+        "LrsConfig(factor=...): no such argument",
+        "from rope_adapter import LrsConfg: no such name",
+        "rope_adapter.set_factor: no such name",
+    ]
+    right = wrong.replace(", LrsConfg", "").replace("factor=", "factors=").replace("set_factor(", "set_factors(")
+    assert python_problems(right) == []
