@@ -21,6 +21,15 @@ from rope_adapter.composed import flat_fields
 from rope_adapter.evaluate.analyze import AnalyzeSettings, run_analysis
 from rope_adapter.numbers import cli_float, cli_int
 
+EPILOG = """\
+examples:
+  # RoPE's decay bound at factors 1 (base), 1.1 and 2, from the model's config alone
+  rope-adapter analyze --model qwen2.5-coder-0.5b-instruct --what decay --factors 1.1,2 --out runs/decay
+  # where the last token's attention lands, base against a searched adapter, on 50-pair records
+  rope-adapter analyze --model qwen2.5-coder-0.5b-instruct --adapter runs/qwen/adapter --what attention \\
+      --pairs 50 --out runs/attention
+"""
+
 
 def _float_list(text: str) -> list[float]:
     try:

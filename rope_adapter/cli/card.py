@@ -24,6 +24,13 @@ An existing --out file is replaced only when it is a card rope-adapter wrote, or
 is made of never is."""
 
 
+EPILOG = """\
+examples:
+  rope-adapter card runs/smollm2/adapter                      # print the card
+  rope-adapter card smollm2-lrs --repo org/smollm2-lrs --out card.md
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_folder_argument(p)
     p.add_argument("--out", type=output_path, metavar="FILE", help="write the card here (default: print it)")

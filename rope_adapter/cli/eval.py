@@ -36,6 +36,24 @@ OVERRIDES: dict[str, FlagOptions] = {"data_seed": {"flags": ("--data-seed", "--s
 """``--seed`` is eval's older name of ``--data-seed`` (search's ``--seed`` seeds its sampler)."""
 
 
+EPILOG = """\
+examples:
+  # base, two flat factors and a searched adapter on 40 fresh 50-pair records, 10 gold positions each
+  rope-adapter eval --model qwen2.5-coder-0.5b-instruct --pairs 50 --num-samples 40 --data-seed 7 \\
+      --num-positions 10 --variants base,uniform:1.05,uniform:1.1,found=adapter:runs/qwen/adapter --out runs/eval-7
+
+  # the Lost in the Middle file as it is, with real greedy decoding as well as the teacher-forced verdict
+  rope-adapter eval --data kv-retrieval-75_keys.jsonl.gz --adapter runs/qwen/adapter --scores accuracy,tf_accuracy
+
+  # perplexity by context length: the base, a flat factor and the adapter
+  rope-adapter eval --task perplexity --data book.txt --lengths 2k,4k,8k \\
+      --variants base,uniform:1.1,adapter:runs/qwen/adapter
+
+An interrupted run keeps its finished records in --out/eval_progress.json: the same command resumes after them.
+Pool runs on other records with `rope-adapter compare`.
+"""
+
+
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     """--model, --dtype, --device (shared with `analyze`): the model part's."""
     cli = settings_fields(SampleSettings)

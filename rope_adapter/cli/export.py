@@ -26,6 +26,16 @@ DESCRIPTION = (
 )
 
 
+EPILOG = """\
+examples:
+  rope-adapter export --model smollm2-135m-instruct --adapter runs/smollm2/adapter --out smollm2-lrs
+  rope-adapter export --model org/model-7b --adapter org/model-7b-lrs --out model-7b-lrs --dtype bfloat16 \\
+      --max-shard-size 5GB
+
+Then: rope-adapter card smollm2-lrs (the model card to read), rope-adapter push smollm2-lrs --repo org/smollm2-lrs.
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, metavar="ID_OR_PATH", help="base model: Hub id, folder, or alias")
     p.add_argument("--adapter", required=True, metavar="ADAPTER", help="LRS adapter folder or Hub repo id")

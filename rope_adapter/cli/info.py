@@ -20,6 +20,13 @@ DESCRIPTION = (
 )
 
 
+EPILOG = """\
+examples:
+  rope-adapter info runs/smollm2/adapter
+  rope-adapter info org/smollm2-lrs --json
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", metavar="PATH", help="adapter folder, Hub repo id, or exported model folder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -17,6 +17,13 @@ DESCRIPTION = (
 )
 
 
+EPILOG = """\
+examples:
+  rope-adapter push runs/smollm2/adapter --repo org/smollm2-lrs --dry-run   # list what would go up, upload nothing
+  rope-adapter push smollm2-lrs --repo org/smollm2-lrs --private --message "LRS factors, 50-pair search"
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_folder_argument(p)
     p.add_argument("--repo", required=True, metavar="ORG/NAME", help="target repo id (created if missing)")
