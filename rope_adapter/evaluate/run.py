@@ -375,10 +375,10 @@ def run_eval(settings: EvalSettings, log: Callable[[str], None] = print) -> Eval
         }
         # what pooling (`rope-adapter compare`) checks beside the layout: the weights, data and tokenizer by what
         # they hold (no local path), the system prompt and --max-new-tokens
-        recorded["model_identity"] = model_identity(str(path))
+        recorded["model_identity"] = model_identity(model.name)  # as the search names it: an embedded model by its GGUF
         if task.data:
             recorded["data_identity"] = file_identity(Path(task.data).expanduser())
-        recorded["tokenizer"] = model_identity(str(resolve_model_path(model.tokenizer))) if model.tokenizer else None
+        recorded["tokenizer"] = model_identity(model.tokenizer) if model.tokenizer else None
         recorded["system_prompt"] = s.system_prompt
         recorded["max_new_tokens_option"] = s.max_new_tokens
         positions = sorted({x.position for x in samples})

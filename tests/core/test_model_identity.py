@@ -125,3 +125,24 @@ def test_older_folder_forms_lack_only_fields_added_since(folder):
             assert not is_older_form({**older, "config": "0" * 64}, now)
     assert not is_older_form(now, now)
     assert not is_older_form({k: v for k, v in now.items() if k != "config"}, now)
+
+
+def test_a_hub_id_that_loads_the_embedded_copy_is_named_as_the_embedded_model(tmp_path, monkeypatch):
+    """Offline, or without a Hub snapshot, an embedded model's Hub id loads the converted embedded copy
+    (resolve_model_path, by the same rule): its identity names that copy, not the Hub repository (was: the Hub id
+    alone, so a study resumed online with the Hub's weights mixed two models)."""
+    from rope_adapter.embedded.naming import embedded_source
+    from rope_adapter.embedded.registry import DEFAULT_MODEL, EMBEDDED_MODELS
+
+    spec = EMBEDDED_MODELS[DEFAULT_MODEL]
+    hub = HubCache(tmp_path / "hf-cache", spec.hub_id, monkeypatch)  # offline
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    copy = {"embedded": spec.name, "gguf_sha256": spec.gguf_sha256}
+    assert model_identity(spec.hub_id) == copy  # offline, no snapshot
+    hub.publish(save_model_folder(tiny_model("llama", num_layers=2), tmp_path / "snapshot"), "d" * 40)
+    assert model_identity(spec.hub_id) == copy  # offline: the embedded copy is loaded all the same
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    assert embedded_source(spec.hub_id) is None  # online with a snapshot: the Hub's model, named by its commit
+    shutil.rmtree(hub.folder / "snapshots")
+    assert model_identity(spec.hub_id) == copy  # online without a snapshot: the embedded copy
+    assert model_identity(str(tmp_path / "snapshot")) != copy  # a local folder is never the embedded copy
