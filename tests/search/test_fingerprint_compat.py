@@ -224,3 +224,15 @@ def test_the_command_a_study_records_resumes_it(db, tmp_path):
     fingerprint = study_fingerprint(settings, dtype)
     assert fingerprint == read_stored_fingerprint(json.loads(raw), fingerprint)
     assert check_existing_study(storage, name, fingerprint)
+
+
+def test_the_built_in_perplexity_text_never_changes():
+    """A study's fingerprint names the perplexity guard's built-in text "built-in", not by its content: another
+    text in a later release would resume a guarded study with another guard. If it is meant, record the text by its
+    sha256 in the fingerprint (with the older form completed, as the model's) and pin the new digest here."""
+    import hashlib
+
+    from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT
+
+    digest = hashlib.sha256(DEFAULT_PERPLEXITY_TEXT.encode()).hexdigest()
+    assert digest == "6157f4846ed78c20917c17ed6a25248c692cf0e90291f7bba5570d247fdc1119"
