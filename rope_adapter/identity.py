@@ -127,6 +127,16 @@ NOT_SCORED_SUFFIXES = (*WEIGHT_SUFFIXES, ".gguf", ".pt", ".pth", ".ckpt", ".md")
 states) and Markdown (a model card changes no score)."""
 
 
+def _named_sha256(files: list[Path]) -> str | None:
+    """sha256 over each file's name and sha256, in order; None for no file."""
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}:{file_identity(file)['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
 def other_files_fingerprint(folder: Path) -> str | None:
     """sha256 over the name and sha256 of every other top-level file of a model folder than its config.json, its
     weights, Markdown and hidden files: the tokenizer and its chat template, the generation config and any remote
@@ -139,12 +149,7 @@ def other_files_fingerprint(folder: Path) -> str | None:
         and p.name != "config.json"
         and not p.name.endswith(NOT_SCORED_SUFFIXES)
     )
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.name}:{file_identity(file)['sha256']}\n".encode())
-    return digest.hexdigest()
+    return _named_sha256(files)
 
 
 def _weights_files(folder: Path) -> list[Path]:
@@ -154,14 +159,8 @@ def _weights_files(folder: Path) -> list[Path]:
 def weights_sha256(folder: Path) -> str | None:
     """sha256 over the name and sha256 of each ``*.safetensors`` / ``*.bin`` file of a model folder: every byte of
     the weights, so that a change in any tensor (a merged LoRA on a few projections) is another model. None when the
-    folder has no weights file. Reads the weights once (2-3 s per GB on one CPU core), before they are loaded."""
-    files = _weights_files(folder)
-    if not files:
-        return None
-    digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.name}:{file_identity(file)['sha256']}\n".encode())
-    return digest.hexdigest()
+    folder has no weights file. Reads every byte of the weights once, before they are loaded."""
+    return _named_sha256(_weights_files(folder))
 
 
 def weights_fingerprint(folder: Path) -> str | None:
