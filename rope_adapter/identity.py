@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from pathlib import Path
 from typing import TypedDict
+
+from tqdm.auto import tqdm
 
 from .embedded.naming import embedded_source
 
 WEIGHT_SAMPLES = 64
 """Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
+
+PROGRESS_BYTES = 1 << 30
+"""Hashing this many bytes or more shows a progress bar on a terminal (a 7B model's weights: tens of seconds)."""
 
 
 class FileIdentity(TypedDict):
@@ -56,13 +62,15 @@ class EmbeddedIdentity(TypedDict):
     gguf_sha256: str
 
 
-def file_identity(path: str | os.PathLike[str]) -> FileIdentity:
-    """A file as its name and sha256 (its folder left out)."""
+def file_identity(path: str | os.PathLike[str], bar: tqdm | None = None) -> FileIdentity:
+    """A file as its name and sha256 (its folder left out); ``bar`` advances by the bytes read."""
     p = Path(path)
     digest = hashlib.sha256()
     with open(p, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
+            if bar is not None:
+                bar.update(len(chunk))
     return {"name": p.name, "sha256": digest.hexdigest()}
 
 
@@ -127,13 +135,24 @@ NOT_SCORED_SUFFIXES = (*WEIGHT_SUFFIXES, ".gguf", ".pt", ".pth", ".ckpt", ".md")
 states) and Markdown (a model card changes no score)."""
 
 
-def _named_sha256(files: list[Path]) -> str | None:
-    """sha256 over each file's name and sha256, in order; None for no file."""
+def _named_sha256(files: list[Path], desc: str = "hashing") -> str | None:
+    """sha256 over each file's name and sha256, in order; None for no file. :data:`PROGRESS_BYTES` or more show a
+    progress bar named ``desc`` on a terminal (none in a log file)."""
     if not files:
         return None
+    total = sum(file.stat().st_size for file in files)
     digest = hashlib.sha256()
-    for file in files:
-        digest.update(f"{file.name}:{file_identity(file)['sha256']}\n".encode())
+    with tqdm(
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        leave=False,
+        file=sys.stderr,
+        disable=True if total < PROGRESS_BYTES else None,  # None: shown on a terminal only
+    ) as bar:
+        for file in files:
+            digest.update(f"{file.name}:{file_identity(file, bar)['sha256']}\n".encode())
     return digest.hexdigest()
 
 
@@ -160,7 +179,7 @@ def weights_sha256(folder: Path) -> str | None:
     """sha256 over the name and sha256 of each ``*.safetensors`` / ``*.bin`` file of a model folder: every byte of
     the weights, so that a change in any tensor (a merged LoRA on a few projections) is another model. None when the
     folder has no weights file. Reads every byte of the weights once, before they are loaded."""
-    return _named_sha256(_weights_files(folder))
+    return _named_sha256(_weights_files(folder), f"hashing {folder.name}'s weights")
 
 
 def weights_fingerprint(folder: Path) -> str | None:

@@ -146,3 +146,38 @@ def test_a_hub_id_that_loads_the_embedded_copy_is_named_as_the_embedded_model(tm
     shutil.rmtree(hub.folder / "snapshots")
     assert model_identity(spec.hub_id) == copy  # online without a snapshot: the embedded copy
     assert model_identity(str(tmp_path / "snapshot")) != copy  # a local folder is never the embedded copy
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, so that tqdm's ``disable=None`` shows the bar."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.text += text
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_hashing_large_weights_shows_progress_on_a_terminal_only(folder, monkeypatch):
+    import rope_adapter.identity as identity
+
+    size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    before = model_identity(str(folder))
+    for threshold, shown in ((size + 1, False), (size, True)):
+        monkeypatch.setattr(identity, "PROGRESS_BYTES", threshold)
+        terminal = _Terminal()
+        monkeypatch.setattr(identity.sys, "stderr", terminal)
+        assert model_identity(str(folder)) == before  # the bar changes nothing it names
+        assert (f"hashing {folder.name}'s weights" in terminal.text) is shown
+    monkeypatch.setattr(identity.sys, "stderr", _Terminal())
+    terminal = identity.sys.stderr
+    terminal.isatty = lambda: False  # type: ignore[method-assign]  # a log file: no bar, whatever the size
+    assert model_identity(str(folder)) == before
+    assert "hashing" not in terminal.text
