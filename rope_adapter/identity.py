@@ -19,7 +19,7 @@ WEIGHT_SAMPLES = 64
 """Chunks read from each weights file for :func:`weights_fingerprint` (64 KiB each, evenly spaced)."""
 
 PROGRESS_BYTES = 1 << 30
-"""Hashing this many bytes or more shows a progress bar on a terminal (a 7B model's weights: tens of seconds)."""
+"""Hashing this many bytes or more shows a progress bar on a terminal."""
 
 
 class FileIdentity(TypedDict):

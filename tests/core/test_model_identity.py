@@ -148,14 +148,15 @@ def test_a_hub_id_that_loads_the_embedded_copy_is_named_as_the_embedded_model(tm
     assert model_identity(str(tmp_path / "snapshot")) != copy  # a local folder is never the embedded copy
 
 
-class _Terminal:
-    """A stderr that says it is a terminal, so that tqdm's ``disable=None`` shows the bar."""
+class _Stderr:
+    """A stderr that is a terminal or not (a log file), so that tqdm's ``disable=None`` shows the bar or not."""
 
-    def __init__(self) -> None:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
         self.text = ""
 
     def isatty(self) -> bool:
-        return True
+        return self.tty
 
     def write(self, text: str) -> int:
         self.text += text
@@ -170,14 +171,9 @@ def test_hashing_large_weights_shows_progress_on_a_terminal_only(folder, monkeyp
 
     size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
     before = model_identity(str(folder))
-    for threshold, shown in ((size + 1, False), (size, True)):
+    for threshold, tty, shown in ((size + 1, True, False), (size, True, True), (size, False, False)):
         monkeypatch.setattr(identity, "PROGRESS_BYTES", threshold)
-        terminal = _Terminal()
-        monkeypatch.setattr(identity.sys, "stderr", terminal)
+        stderr = _Stderr(tty)
+        monkeypatch.setattr(identity.sys, "stderr", stderr)
         assert model_identity(str(folder)) == before  # the bar changes nothing it names
-        assert (f"hashing {folder.name}'s weights" in terminal.text) is shown
-    monkeypatch.setattr(identity.sys, "stderr", _Terminal())
-    terminal = identity.sys.stderr
-    terminal.isatty = lambda: False  # type: ignore[method-assign]  # a log file: no bar, whatever the size
-    assert model_identity(str(folder)) == before
-    assert "hashing" not in terminal.text
+        assert (f"hashing {folder.name}'s weights" in stderr.text) is shown
