@@ -5,18 +5,21 @@
 #
 #   bash benchmarks/verdict_qwen_lengths.sh [LITM_DIR]
 #
-# Sets (40 records each, 10 evenly spaced gold positions, teacher-forced accuracy and gold log-prob):
-#   generated, seed 31, at 50, 75 and 100 pairs; the Lost in the Middle kv-retrieval-75_keys and -140_keys files
-#   (LITM_DIR holds them; MIT data, not part of a clone; 40 records drawn with seed 0).
+# Sets (10 evenly spaced gold positions, teacher-forced accuracy and gold log-prob): 40 generated records, seed 31,
+#   at 50, 75 and 100 pairs; the Lost in the Middle kv-retrieval-75_keys and -140_keys files (LITM_DIR holds them;
+#   MIT data, not part of a clone): 40 and 16 records drawn with seed 0 (16 are the first 16 of the 40-record draw;
+#   the study README says why the 140-key set was cut before any of its scores was read).
 # Then greedy decoding on the first 10 records of each generated set (its verdict against the teacher-forced one),
 # short-text perplexity, and benchmarks/lengths_verdict.py: every comparison paired by record, per set, per length
 # and pooled over every set.
 #
-# Each (set, variant) is one `rope-adapter eval` run (40 records at one length: 20-70 minutes on 2 cores) whose
+# Each (set, variant) is one `rope-adapter eval` run (40 records: 20-70 minutes on 2 cores up to 100 pairs; 16 records
+# of 140 keys: about 90 minutes) whose
 # results.json is skipped when it exists, and an interrupted run resumes after its last 8 records kept, so the script
 # resumes where it stopped; the runs of one set score the same records, and `rope-adapter compare` pairs
 # them by record. Environment: RA (the rope-adapter command;
-# default the clone's .venv), DTYPE (bfloat16, the study's), RECORDS (40), GREEDY_RECORDS (10), THREADS (2),
+# default the clone's .venv), DTYPE (bfloat16, the study's), RECORDS (40, generated sets), LITM_RECORDS ("40 16", one
+# count per LITM_KEYS entry), GREEDY_RECORDS (10), THREADS (2),
 # ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default all); for another study of the
 # same design: STUDY (its folder), MODEL, GEN_PAIRS ("50 75 100"), LITM_KEYS ("75 140"), POSITIONS (10).
 set -euo pipefail
@@ -33,6 +36,7 @@ model=${MODEL:-qwen2.5-coder-0.5b-instruct}
 study=${STUDY:-benchmarks/results/search_qwen_lengths}
 gen_pairs=${GEN_PAIRS:-50 75 100}
 litm_keys=${LITM_KEYS:-75 140}
+read -r -a litm_records <<<"${LITM_RECORDS:-40 16}"
 positions=${POSITIONS:-10}
 out=$study/verdict
 report=$study/search_report.json
@@ -66,12 +70,15 @@ for pairs in $gen_pairs; do
     done
 done
 if [ -n "$litm" ]; then
+    i=0
     for keys in $litm_keys; do
         name=litm-$keys
+        n=${litm_records[$i]:-$records}
+        i=$((i + 1))
         wanted "$name" || continue
-            for v in base uniform found; do
+        for v in base uniform found; do
             run "$out/$name/$v" --data "$litm/kv-retrieval-${keys}_keys.jsonl.gz" --num-positions "$positions" \
-                --num-samples "$records" --seed 0 --variants "${spec[$v]}" --scores tf_accuracy,logprob
+                --num-samples "$n" --seed 0 --variants "${spec[$v]}" --scores tf_accuracy,logprob
         done
     done
 fi
