@@ -11,14 +11,15 @@ file's and that part 0's samples are equal, and re-stamps the file for the 16-re
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import rope_adapter.evaluate.run as run_mod
+from rope_adapter import files
 from rope_adapter.cli import main
 from rope_adapter.evaluate.checkpoint import digest, record_parts
+from rope_adapter.records import read_json
 
 OUT = "benchmarks/results/search_qwen_lengths/verdict/litm-140/base"
 captured: dict[str, Any] = {}
@@ -59,7 +60,7 @@ def carry(litm: str) -> None:
     run_mod.record_parts = capture_parts  # type: ignore[assignment]
     a, b = identity(litm, 40), identity(litm, 16)
     path = Path(OUT) / "eval_progress.json"
-    kept = json.loads(path.read_text())
+    kept = read_json(path)
     assert kept["run"] == digest(a["run"]), "the recomputed 40-record identity is not the kept file's"
     assert kept["parts"] == a["parts"] == 5 and b["parts"] == 2
     assert all(a["run"][k] == b["run"][k] for k in ("settings", "model", "scores", "batching"))
@@ -74,7 +75,7 @@ def carry(litm: str) -> None:
     assert list(dict.fromkeys(s.record_id for s in b["prepared"].samples)) == first
     new = {"written_by": kept["written_by"], "run": digest(b["run"]), "parts": b["parts"]}
     new["variants"] = {k: v[:1] for k, v in kept["variants"].items()}
-    path.write_text(json.dumps(new, indent=1) + "\n")
+    files.write_json(path, new)  # atomically, as the Checkpoint writes it
     print(f"{path}: part 0 ({len(pa[0])} samples) carried into the 16-record run")
 
 
