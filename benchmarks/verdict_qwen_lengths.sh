@@ -8,20 +8,19 @@
 # Sets (10 evenly spaced gold positions, teacher-forced accuracy and gold log-prob): 40 generated records, seed 31,
 #   at 50, 75 and 100 pairs; the Lost in the Middle kv-retrieval-75_keys and -140_keys files (LITM_DIR holds them;
 #   MIT data, not part of a clone): 40 and 16 records drawn with seed 0 (16 are the first 16 of the 40-record draw;
-#   the study README says why the 140-key set was cut before any of its scores was read).
+#   the study README says why the 140-key set was cut, before any of its accuracies was computed).
 # Then greedy decoding on the first 10 records of each generated set (its verdict against the teacher-forced one),
 # short-text perplexity, and benchmarks/lengths_verdict.py: every comparison paired by record, per set, per length
 # and pooled over every set.
 #
-# Each (set, variant) is one `rope-adapter eval` run (40 records: 20-70 minutes on 2 cores up to 100 pairs; 16 records
-# of 140 keys: about 90 minutes) whose
-# results.json is skipped when it exists, and an interrupted run resumes after its last 8 records kept, so the script
-# resumes where it stopped; the runs of one set score the same records, and `rope-adapter compare` pairs
-# them by record. Environment: RA (the rope-adapter command;
-# default the clone's .venv), DTYPE (bfloat16, the study's), RECORDS (40, generated sets), LITM_RECORDS ("40 16", one
-# count per LITM_KEYS entry), GREEDY_RECORDS (10), THREADS (2),
-# ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default all); for another study of the
-# same design: STUDY (its folder), MODEL, GEN_PAIRS ("50 75 100"), LITM_KEYS ("75 140"), POSITIONS (10).
+# Each (set, variant) is one `rope-adapter eval` run (40 records up to 100 pairs: 20-70 minutes on 2 cores; 16 records
+# of 140 keys: about 90 minutes) whose results.json is skipped when it exists, and an interrupted run resumes after
+# its last 8 records kept, so the script resumes where it stopped; the runs of one set score the same records, and
+# `rope-adapter compare` pairs them by record. Environment: RA (the rope-adapter command; default the clone's .venv),
+# DTYPE (bfloat16, the study's), RECORDS (40, generated sets), LITM_RECORDS ("40 16", one count per LITM_KEYS entry),
+# GREEDY_RECORDS (10), THREADS (2), ONLY (a space-separated list of set names to run, e.g. "gen-50 gen-75"; default
+# all); for another study of the same design: STUDY (its folder), MODEL, GEN_PAIRS ("50 75 100"), LITM_KEYS
+# ("75 140"), POSITIONS (10). Edit this file only while no run of it is going: bash reads a running script as it goes.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
