@@ -5,6 +5,7 @@ that length with the fresh sets of that length, the last row pools every set, a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -124,3 +125,8 @@ def test_the_headline_pools_a_study_as_its_verdict_does_and_names_no_local_path(
     fresh = json.loads(json.dumps([headline.evaluate_curve(c, root) for c in curves]))
     assert [c["pooled"] for c in fresh] == [c["pooled"] for c in data["pooled"]]
     assert [c["length"] for c in fresh] == [c["length"] for c in data["pooled"]]
+    # the headline's own list of curves reaches the study through the same call, after the single-length curves
+    every = headline.all_curves(root, {"tiny-lengths": tuple(SETS)})
+    assert every[: len(headline.CURVES)] == headline.CURVES
+    # (each load of the sibling modules defines its own Curve class: compare the fields)
+    assert [dataclasses.asdict(c) for c in every[len(headline.CURVES) :]] == [dataclasses.asdict(c) for c in curves]
