@@ -51,7 +51,8 @@ if todo "$out/heldout/greedy-seed8"; then
 fi
 if todo "$out/heldout/perplexity"; then
     text="$out/heldout/perplexity_text.txt"
-    "$py" -c "from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT as t; print(t)" > "$text"
+    # from / : in a clone's root, the rope_adapter folder would shadow a non-editable install (it lacks search/)
+    (cd / && "$py" -c "from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT as t; print(t)") > "$text"
     "$cli" eval --model "$model" --task perplexity --data "$text" --lengths 256 --num-windows 1 \
         --variants "$variants" --dtype "$dtype" --out "$out/heldout/perplexity" --no-progress
 fi

@@ -89,7 +89,8 @@ done
 if wanted perplexity; then
     mkdir -p "$out"
     text="$out/perplexity_text.txt"
-    [ -f "$text" ] || "$py" -c "from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT as t; print(t)" >"$text"
+    # from / : in a clone's root, the rope_adapter folder would shadow a non-editable install (it lacks search/)
+    [ -f "$text" ] || (cd / && "$py" -c "from rope_adapter.search.data import DEFAULT_PERPLEXITY_TEXT as t; print(t)") >"$text"
     run "$out/perplexity" --task perplexity --data "$text" --lengths 256 --num-windows 1 \
         --variants "base,${spec[uniform]},${spec[found]}"
 fi
