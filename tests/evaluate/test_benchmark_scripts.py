@@ -8,11 +8,10 @@ import contextlib
 import importlib.util
 import io
 import sys
-from pathlib import Path
 
 import pytest
+from testkit.eval_runs import BENCHMARKS
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in p.read_text())
 OPTIONAL = {"vllm_agreement": "vllm"}  # scripts that need an extra of their own environment (make test-vllm)
 
