@@ -82,9 +82,15 @@ def curves(study: Path, uniform: str, names: list[str], root: Path = ROOT) -> tu
     report_path = study / "search_report.json"
     report = read_search_report(report_path)
     report_name = _named(report_path, root)
-    dtype, model = str(report["settings"]["dtype"]), str(report["model"]["name"])
+    dtype = str(report["settings"]["dtype"])
+    # the model as its Hub id names it ("Qwen2.5-Coder-0.5B-Instruct"), as the headline's other curves do
+    model = str(report["model"].get("base_model_name_or_path") or report["model"]["name"]).rsplit("/", 1)[-1]
     pairs = report["task"]["pairs"]
     searched = [int(p) for p in (pairs if isinstance(pairs, list) else [pairs])]
+    title = (
+        f"study over {' and '.join(map(str, searched))} pairs, trial {report['chosen']['number']} "
+        f"(`{study.name}/adapter`)"
+    )
     rows: dict[int, list[Any]] = {}
     for n in searched:
         split = HeldOutSet(f"the study's held-out split at {n} pairs", dtype, report=report_name, length=n)
@@ -98,15 +104,15 @@ def curves(study: Path, uniform: str, names: list[str], root: Path = ROOT) -> tu
         every.append(rows[n][-1])
     out = [
         Curve(
-            name="found curve",
+            name=title,
             model=model,
-            length=f"{n} pairs ({'searched' if n in searched else 'not searched'})",
+            length=f"KV retrieval, {n} pairs ({'searched' if n in searched else 'not searched'})",
             uniform=uniform,
             sets=tuple(sets),
         )
         for n, sets in sorted(rows.items())
     ]
-    return (*out, Curve(name="found curve", model=model, length="every set", uniform=uniform, sets=tuple(every)))
+    return (*out, Curve(name=title, model=model, length="every set", uniform=uniform, sets=tuple(every)))
 
 
 def _compare(pooled: Any, variant: str, reference: str, metric: str) -> dict[str, Any]:

@@ -57,13 +57,22 @@ def test_each_length_pools_its_held_out_split_and_fresh_sets(verdict):
     _, _, report, uniform, data = verdict
     assert data["uniform"] == uniform
     lengths = {c["length"]: c for c in data["pooled"]}
-    assert list(lengths) == ["2 pairs (searched)", "3 pairs (searched)", "4 pairs (not searched)", "every set"]
+    # each named as the headline's other curves: the model, the study's lengths, its chosen trial and adapter
+    assert {(c["model"], c["name"]) for c in data["pooled"]} == {
+        ("model", f"study over 2 and 3 pairs, trial {report['chosen']['number']} (`study/adapter`)")
+    }
+    assert list(lengths) == [
+        "KV retrieval, 2 pairs (searched)",
+        "KV retrieval, 3 pairs (searched)",
+        "KV retrieval, 4 pairs (not searched)",
+        "every set",
+    ]
     held_out = report["holdout"]["records"]
     records = {k: c["pooled"]["found - best_uniform"]["records"] for k, c in lengths.items()}
     assert records == {
-        "2 pairs (searched)": held_out + 3,
-        "3 pairs (searched)": held_out + 3 + 2,  # the split, gen-3 and the 3-key file
-        "4 pairs (not searched)": 3,
+        "KV retrieval, 2 pairs (searched)": held_out + 3,
+        "KV retrieval, 3 pairs (searched)": held_out + 3 + 2,  # the split, gen-3 and the 3-key file
+        "KV retrieval, 4 pairs (not searched)": 3,
         "every set": held_out + 3 * 3 + 2,  # the split once (each record over both lengths) and every fresh set
     }
     # the last row pools every set: its difference is the record-weighted mean of the sets' differences
@@ -73,7 +82,7 @@ def test_each_length_pools_its_held_out_split_and_fresh_sets(verdict):
     assert pooled["diff"] == pytest.approx(sum(n * d for n, d in parts) / sum(n for n, _ in parts), abs=1e-12)
     assert any(d != 0 for _, d in parts)
     # the split at one length is that length's held-out differences, not the pooled ones
-    at_2 = lengths["2 pairs (searched)"]["per_set"][0]["found - base"]
+    at_2 = lengths["KV retrieval, 2 pairs (searched)"]["per_set"][0]["found - base"]
     stored = report["holdout"]["by_length"]["2"]["found-base"]["tf_accuracy"]["mean"]
     assert at_2["diff"] == pytest.approx(stored["diff"]) and at_2["records"] == stored["n_records"]
 
@@ -84,7 +93,7 @@ def test_a_set_is_paired_as_rope_adapter_compare_pairs_it(verdict):
     row = pairing.compare(pairing.load_runs(paths), "found", uniform, "tf_accuracy")
     mine = next(r for r in data["sets"] if r["set"] == "gen-3" and r["reference"] == uniform)
     assert mine["mean"] == row["mean"] and mine["bootstrap_low"] == row["bootstrap_low"]
-    pooled_row = next(c for c in data["pooled"] if c["length"] == "3 pairs (searched)")
+    pooled_row = next(c for c in data["pooled"] if c["length"] == "KV retrieval, 3 pairs (searched)")
     gen3 = next(s for s in pooled_row["per_set"] if "seed 31" in s["set"])["found - best_uniform"]
     assert gen3["diff"] == pytest.approx(row["mean"], abs=1e-12)
     assert (gen3["ci_low"], gen3["ci_high"]) == pytest.approx((row["ci_low"], row["ci_high"]), abs=1e-12)
