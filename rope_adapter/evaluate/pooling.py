@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from pathlib import PurePath
 from typing import TypedDict
 
 import numpy as np
@@ -60,6 +61,9 @@ def _layout(data: ResultsFile) -> dict[str, JsonValue]:
     """What must agree between pooled runs: the model and the prompt layout, not the seed or record count."""
     settings = data.get("settings", {})
     task = {k: v for k, v in settings.get("task_settings", {}).items() if k not in ("seed", "num_records")}
+    if isinstance(task.get("data_path"), str):  # the file by its name: its folder is a local path (other machines,
+        # a committed run's `<local>/`); its content is data_identity, compared wherever both runs record it
+        task["data_path"] = PurePath(str(task["data_path"])).name
     layout: dict[str, JsonValue] = {
         "task": data.get("task"),
         "model": settings.get("model"),

@@ -137,6 +137,15 @@ def test_runs_that_score_other_things_under_the_same_names_are_refused(tmp_path)
     two = run("d2run", "found=uniform:1.5", data=str(d2), seed=0)
     with pytest.raises(EvalError, match="differ in .*data_identity"):
         pairing.load_runs([one, two])
+    # the same file in another folder (another machine, a committed run's scrubbed `<local>/`): the same records
+    (tmp_path / "elsewhere").mkdir()
+    moved = tmp_path / "elsewhere" / "kv.jsonl"
+    moved.write_bytes(d1.read_bytes())
+    three = run("d1-elsewhere", "found=uniform:1.5", data=str(moved), seed=0)
+    scrubbed = json.loads((tmp_path / "d1run" / "results.json").read_text())
+    scrubbed["settings"]["task_settings"]["data_path"] = "<local>/kv.jsonl"
+    (tmp_path / "d1run" / "results.json").write_text(json.dumps(scrubbed))
+    assert pairing.compare(pairing.load_runs([one, three]), "found", "base", "tf_accuracy")["records"] == 2
     # a score computed another way
     short = run("short", "found=uniform:1.5", seed=3, logprob_tokens=1)
     after_all = run("after-all", "base", seed=3)
