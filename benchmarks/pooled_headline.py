@@ -324,7 +324,9 @@ CURVES = (
 )
 
 
-LENGTHS_STUDIES: dict[str, tuple[str, ...]] = {}
+LENGTHS_STUDIES: dict[str, tuple[str, ...]] = {
+    "search_qwen_lengths": ("gen-50", "gen-75", "gen-100", "litm-75", "litm-140"),
+}
 """Studies over several record lengths (folder under ``benchmarks/results/`` -> the sets its verdict's design
 names, as ``benchmarks/lengths_verdict.py --sets`` takes them) whose verdict joins the headline: every one of those
 sets and the study's own held-out split, per length and over every set. A study joins once all of its verdict's
