@@ -324,13 +324,12 @@ CURVES = (
 )
 
 
-LENGTHS_STUDIES: dict[str, tuple[str, ...]] = {
-    "search_qwen_lengths": ("gen-50", "gen-75", "gen-100", "litm-75", "litm-140"),
-}
+LENGTHS_STUDIES: dict[str, tuple[str, ...] | None] = {"search_qwen_lengths": None}
 """Studies over several record lengths (folder under ``benchmarks/results/`` -> the sets its verdict's design
-names, as ``benchmarks/lengths_verdict.py --sets`` takes them) whose verdict joins the headline: every one of those
-sets and the study's own held-out split, per length and over every set. A study joins once all of its verdict's
-sets are scored (a missing set stops this script), not before."""
+names, as ``benchmarks/lengths_verdict.py --sets`` takes them; None: ``lengths_verdict.DESIGN_SETS``, the Qwen
+study's) whose verdict joins the headline: every one of those sets and the study's own held-out split, per length
+and over every set. A study joins once all of its verdict's sets are scored (a missing set stops this script), not
+before."""
 
 
 def lengths_curves(study: str, sets: list[str] | None = None, root: Path = ROOT) -> tuple[Curve, ...]:
@@ -342,11 +341,13 @@ def lengths_curves(study: str, sets: list[str] | None = None, root: Path = ROOT)
     return verdict.curves(folder, f"uniform:{uniform:g}", sets or list(verdict.DESIGN_SETS), root)
 
 
-def all_curves(root: Path = ROOT, lengths_studies: dict[str, tuple[str, ...]] | None = None) -> tuple[Curve, ...]:
+def all_curves(
+    root: Path = ROOT, lengths_studies: dict[str, tuple[str, ...] | None] | None = None
+) -> tuple[Curve, ...]:
     """Every curve of the headline: :data:`CURVES` and those of the studies over several lengths
     (``lengths_studies``, by default :data:`LENGTHS_STUDIES`), each with its verdict's sets."""
     studies = LENGTHS_STUDIES if lengths_studies is None else lengths_studies
-    return (*CURVES, *(c for study, sets in studies.items() for c in lengths_curves(study, list(sets), root)))
+    return (*CURVES, *(c for study, sets in studies.items() for c in lengths_curves(study, sets and list(sets), root)))
 
 
 def main() -> None:
